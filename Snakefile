@@ -1,0 +1,29 @@
+# opd-budget: the paper "How Much Training-Inference Mismatch Can On-Policy Distillation Tolerate?"
+# as a DAG. `snakemake -c 2` builds the toy experiment on a CPU; `snakemake --profile slurm` the paper.
+from opd import config as C
+
+configfile: "config.yaml"
+
+C.validate(config)  # schema + cross-field checks; names the experiment, row and field of every error
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/base.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/offline.smk"
+include: "workflow/rules/analysis.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        FIGURES,
+        TABLES,
+
+
+rule figures:
+    input:
+        FIGURES,
+        TABLES,

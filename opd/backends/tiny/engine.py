@@ -1,0 +1,141 @@
+"""The rollout engine: batched sampling at temperature 1 with a per-layer KV cache, returning the
+sampled tokens' log-probabilities under the engine's own numerics (which differ from the trainer's)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, resolve_layers
+
+from .model import Decoder, ModelConfig
+from .task import EOS_ID, PAD_ID, RESPONSE_LEN
+
+KV_FORMAT = {"none": None, "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """One row's engine numerics. The trainer computes in fp32; the standard engine in BF16."""
+    dtype: torch.dtype = torch.bfloat16
+    weights: str = "none"
+    kv_cache: str = "none"
+    bf16_layers: tuple = ()
+    noise_sigma: float = 0.0
+    noise_seed: int = 0
+
+    @classmethod
+    def of_row(cls, row: dict, seed: int = 0) -> "Numerics":
+        return cls(weights=row.get("weights", "none"), kv_cache=row.get("kv_cache", "none"),
+                   bf16_layers=tuple(row.get("bf16_layers", ())), noise_sigma=float(row.get("noise_sigma", 0.0)),
+                   noise_seed=seed)
+
+
+class KVCache:
+    """Per-layer key/value storage. Layers with an FP8 recipe store float8 tensors (half the bytes of
+    BF16), cast saturating with scale 1.0 as vLLM does without calibrated scales; others store the
+    engine dtype."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, max_len: int, numerics: Numerics):
+        fmt = KV_FORMAT[numerics.kv_cache]
+        keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
+        self.fmt = [None if (fmt is None or i in keep) else fmt for i in range(cfg.n_layers)]
+        self.dtype = numerics.dtype
+        shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.k = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt]
+        self.v = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt]
+        self.length = [0] * cfg.n_layers
+
+    def _store(self, layer, x):
+        f = self.fmt[layer]
+        return x.clamp(-FP8_MAX[f], FP8_MAX[f]).to(FP8_FORMATS[f]) if f else x
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        t0, t1 = self.length[layer], self.length[layer] + k.shape[2]
+        self.k[layer][:, :, t0:t1] = self._store(layer, k)
+        self.v[layer][:, :, t0:t1] = self._store(layer, v)
+        self.length[layer] = t1
+        return self.k[layer][:, :, :t1].to(self.dtype), self.v[layer][:, :, :t1].to(self.dtype)
+
+    @staticmethod
+    def bytes_per_sequence(cfg: ModelConfig, max_len: int, numerics: Numerics) -> int:
+        fmt = KV_FORMAT[numerics.kv_cache]
+        keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
+        elem = [1 if (fmt and i not in keep) else torch.finfo(numerics.dtype).bits // 8 for i in range(cfg.n_layers)]
+        return sum(2 * cfg.n_kv_heads * cfg.head_dim * max_len * e for e in elem)
+
+
+@dataclass
+class Rollout:
+    prompts: torch.Tensor  # (B, P)
+    responses: torch.Tensor  # (B, R), PAD after <eos>
+    logprobs: torch.Tensor  # (B, R) fp32 engine log q of each sampled token, 0 where masked
+    mask: torch.Tensor  # (B, R) bool, True for response tokens up to and including <eos>
+    version: int = 0  # policy version of the weights the engine sampled with
+
+    @property
+    def sequences(self) -> torch.Tensor:
+        return torch.cat([self.prompts, self.responses], dim=1)
+
+
+class Engine:
+    def __init__(self, cfg: ModelConfig, numerics: Numerics = Numerics(), kv_budget_bytes: int | None = None):
+        self.cfg, self.numerics, self.kv_budget_bytes = cfg, numerics, kv_budget_bytes
+        self.model = Decoder(cfg).to(numerics.dtype).eval()
+        self.version = None
+        self.waves = 0  # batches split because the KV cache budget could not hold them (additive)
+
+    def load(self, state: dict, version: int = 0) -> float:
+        """Weight sync: apply the row's weight numerics, cast to the engine dtype. Returns seconds."""
+        t = time.perf_counter()
+        n = self.numerics
+        w = engine_weights(state, weights=n.weights, noise_sigma=n.noise_sigma, noise_seed=n.noise_seed,
+                           bf16_layers=n.bf16_layers, n_layers=self.cfg.n_layers)
+        self.model.load_state_dict({k: v.to(n.dtype) for k, v in w.items()})
+        self.version = version
+        return time.perf_counter() - t
+
+    def max_batch(self, max_len: int) -> int:
+        if self.kv_budget_bytes is None:
+            return 1 << 30
+        return max(1, self.kv_budget_bytes // KVCache.bytes_per_sequence(self.cfg, max_len, self.numerics))
+
+    @torch.no_grad()
+    def generate(self, prompts: torch.Tensor, generator: torch.Generator, max_new: int = RESPONSE_LEN) -> Rollout:
+        """Sample one response per prompt row at temperature 1. A batch larger than the KV-cache budget
+        holds runs in waves (sequences that do not fit wait, as in a memory-bound engine)."""
+        cap = self.max_batch(prompts.shape[1] + max_new)
+        parts = [self._generate(prompts[i:i + cap], generator, max_new) for i in range(0, len(prompts), cap)]
+        self.waves += len(parts) - 1
+        resp, lp, mask = (torch.cat(x) for x in zip(*parts))
+        return Rollout(prompts, resp, lp, mask, self.version or 0)
+
+    def _generate(self, prompts, generator, max_new):
+        B, P = prompts.shape
+        cache = KVCache(self.cfg, B, P + max_new, self.numerics)
+        logits = self.model(prompts, cache, 0)[:, -1]
+        resp = torch.full((B, max_new), PAD_ID, dtype=torch.long)
+        lp = torch.zeros(B, max_new)
+        alive = torch.ones(B, dtype=torch.bool)
+        mask = torch.zeros(B, max_new, dtype=torch.bool)
+        for t in range(max_new):
+            logq = logits.float().log_softmax(-1)
+            tok = torch.multinomial(logq.exp(), 1, generator=generator).squeeze(1)
+            resp[:, t] = torch.where(alive, tok, PAD_ID)
+            lp[:, t] = torch.where(alive, logq.gather(1, tok[:, None]).squeeze(1), 0.0)
+            mask[:, t] = alive
+            alive = alive & (tok != EOS_ID)
+            if not alive.any() or t == max_new - 1:
+                break
+            logits = self.model(resp[:, t:t + 1], cache, P + t)[:, -1]
+        return resp, lp, mask
+
+
+def token_logprobs(model: Decoder, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """A full forward pass over prompt + response: (log p of each response token (B, R), logits (B, R, V))."""
+    seq = rollout.sequences
+    P = rollout.prompts.shape[1]
+    logits = model(seq[:, :-1])[:, P - 1:].float()
+    logp = logits.log_softmax(-1)
+    return logp.gather(2, rollout.responses[:, :, None]).squeeze(2), logp

@@ -1,0 +1,113 @@
+"""Jobs of the tiny backend other than training: base models, the offline admission estimate, the
+per-layer KV-cache attribution and the two throughput measurements. Each writes one file atomically."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from opd import store
+
+from . import model as M
+from .base import train_base
+from .engine import Engine, KVCache, Numerics
+from .task import RESPONSE_LEN, make_task
+from .trainer import Settings, offline_mismatch, step_generator, train_run
+
+
+def _threads(spec):
+    torch.set_num_threads(int(spec.get("threads", 1)))
+
+
+def base_job(spec: dict, out: Path) -> None:
+    _threads(spec)
+    s = spec["student_spec"]
+    losses = train_base(s, spec["task_seed"], s.get("seed", 0), out)
+    store.write_json({"student": spec["student"], "spec": s, **losses}, Path(out) / "base.json")
+
+
+def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: int) -> torch.Tensor:
+    train, _ = make_task(task_seed)
+    idx = np.random.default_rng([seed, 5]).choice(len(train), n_prompts, replace=False)
+    return train.prompts(np.repeat(idx, n_responses))
+
+
+def admission_job(spec: dict, out: Path) -> None:
+    """D_hat for one row on one student: its engine generates P x R responses, the standard engine
+    rescores them with the same (initial) student weights."""
+    _threads(spec)
+    student = M.load(spec["student_path"])
+    prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
+    t = time.perf_counter()
+    d_hat = offline_mismatch(student, Numerics.of_row(spec["row"], spec["seed"]), prompts, spec["seed"])
+    store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
+                                     "n_sequences": len(prompts), "seconds": time.perf_counter() - t}]), out)
+
+
+def kv_attribution_job(spec: dict, out: Path) -> None:
+    """Offline mismatch of an FP8 KV cache with every layer quantized, with one layer at a time, and
+    with all layers but one (that one kept BF16)."""
+    _threads(spec)
+    student = M.load(spec["student_path"])
+    n = student.cfg.n_layers
+    prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
+    rows = []
+    for recipe in spec["recipes"]:
+        cases = [("all", None, ())] + [("only", i, tuple(j for j in range(n) if j != i)) for i in range(n)] + \
+                [("all_but", i, (i,)) for i in range(n)]
+        for mode, layer, keep in cases:
+            num = Numerics(kv_cache=recipe, bf16_layers=keep)
+            rows.append({"recipe": recipe, "mode": mode, "layer": -1 if layer is None else layer,
+                         "d_hat": offline_mismatch(student, num, prompts, spec["seed"])})
+    store.write_table(pd.DataFrame(rows), out)
+
+
+def throughput_job(spec: dict, out: Path) -> None:
+    """Short OPD runs at each staleness k with no evaluation, timing the trainer's steps (measured, on
+    this machine's cores: rollout and training overlap in two threads when k > 0)."""
+    _threads(spec)
+    frames = []
+    for k in spec["ks"]:
+        with tempfile.TemporaryDirectory() as d:
+            run = {**spec, "run_id": f"throughput.k{k}", "row": {"name": f"k{k}", "staleness": k},
+                   "settings": {**spec["settings"], "steps": spec["steps"], "eval_every": 0}}
+            train_run(run, Path(d))
+            frames.append(store.read_table(Path(d) / "steps.parquet").assign(k=k))
+    store.write_table(pd.concat(frames, ignore_index=True), out)
+
+
+@torch.no_grad()
+def memory_bound_job(spec: dict, out: Path) -> None:
+    """Engine generation rate when the KV cache budget holds `kv_budget_sequences` BF16 sequences and a
+    step asks for more: an FP8 cache holds twice the sequences per wave."""
+    _threads(spec)
+    student = M.load(spec["student_path"])
+    train, _ = make_task(spec["task_seed"])
+    P = train.prompts([0]).shape[1]
+    budget = spec["kv_budget_sequences"] * KVCache.bytes_per_sequence(student.cfg, P + RESPONSE_LEN, Numerics())
+    rows = []
+    for recipe, keep in [("none", ()), ("fp8_e4m3", ()), ("fp8_e4m3", (0,))]:
+        engine = Engine(student.cfg, Numerics(kv_cache=recipe, bf16_layers=keep), kv_budget_bytes=budget)
+        engine.load(student.state_dict())
+        for batch in spec["batches"]:
+            prompts = train.prompts(np.arange(batch) % len(train))
+            engine.generate(prompts[:8], step_generator(0, 0))  # warm-up
+            best = None
+            for rep in range(spec.get("repeats", 3)):
+                w0 = engine.waves
+                t = time.perf_counter()
+                roll = engine.generate(prompts, step_generator(rep, batch))
+                dt = time.perf_counter() - t
+                if best is None or dt < best[0]:
+                    best = (dt, int(roll.mask.sum()), engine.waves - w0 + 1)
+            rows.append({"kv_cache": recipe if not keep else f"{recipe}-l0", "batch": batch, "seconds": best[0],
+                         "tokens": best[1], "waves": best[2], "tokens_per_s": best[1] / best[0],
+                         "concurrent": min(batch, engine.max_batch(P + RESPONSE_LEN))})
+    store.write_table(pd.DataFrame(rows), out)
+
+
+__all__ = ["base_job", "admission_job", "kv_attribution_job", "throughput_job", "memory_bound_job", "Settings"]

@@ -1,0 +1,282 @@
+"""On-policy distillation (and the RL baselines) with a rollout engine whose numerics differ from the
+trainer's. The engine samples; the trainer recomputes log p_theta in fp32 on the engine's tokens, the
+teacher scores them, and the update is the policy gradient with A_t = log p_T - log p_theta.
+
+Rollout runs in its own thread, so with staleness k > 0 it overlaps training as in asynchronous RL:
+the batch for step n is sampled with exactly the weights of policy version n - k (k = 0 is synchronous).
+Every random draw is seeded by (seed, step), so a resumed run repeats exactly what the killed one did.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from opd import store
+
+from . import model as M
+from .engine import Engine, Numerics, Rollout, token_logprobs
+from .task import Problems, make_task
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int = 100
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
+    lr: float = 3e-4
+    eval_every: int = 25
+    eval_responses: int = 4
+    checkpoint_every: int = 10
+    advantage_offset: float = 0.1
+    tis_cap: float = 2.0
+    task_seed: int = 0
+
+    def eval_steps(self) -> list[int]:
+        """Held-out evaluation steps: every eval_every steps and at the end (none when eval_every is 0)."""
+        if self.eval_every <= 0:
+            return []
+        return sorted({*range(0, self.steps, self.eval_every), self.steps})
+
+
+def step_generator(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> 1))
+
+
+# ---------------------------------------------------------------- advantages and the loss
+
+def advantages(algorithm: str, variant: str, logp_student, logp_teacher, logq, mask, rewards, group: int,
+               settings: Settings):
+    """Per-token advantages (B, R) and per-token loss weights (B, R), both without gradient."""
+    m = mask.float()
+    if algorithm == "opd":
+        adv = (logp_teacher - logp_student).detach()
+    elif algorithm == "reinforce":
+        r = torch.as_tensor(rewards, dtype=torch.float32)
+        adv = r[:, None].expand_as(m).clone()
+    elif algorithm == "grpo":
+        r = torch.as_tensor(rewards, dtype=torch.float32).view(-1, group)
+        r = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)
+        adv = r.reshape(-1)[:, None].expand_as(m).clone()
+    else:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    weight = m.clone()
+    if variant == "score_centering":
+        adv = adv - (adv * m).sum() / m.sum()
+    elif variant == "advantage_offset":
+        adv = adv + settings.advantage_offset
+    elif variant == "tis":  # truncated importance sampling: min(p_theta / q, C) on each token
+        weight = weight * (logp_student.detach() - logq).exp().clamp(max=settings.tis_cap)
+    elif variant != "none":
+        raise ValueError(f"unknown variant {variant!r}")
+    return adv * m, weight
+
+
+def mismatch(logq: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """d_n = mean over sampled tokens of log q - log p_theta, and the p90 over sequences of
+    |sequence-mean log-ratio|."""
+    m = mask.float()
+    diff = (logq - logp.detach()) * m
+    d_n = diff.sum() / m.sum()
+    seq = diff.sum(1) / m.sum(1).clamp(min=1)
+    return float(d_n), float(torch.quantile(seq.abs(), 0.9))
+
+
+# ---------------------------------------------------------------- held-out evaluation
+
+@torch.no_grad()
+def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, settings: Settings, seed: int,
+                 step: int) -> dict[str, np.ndarray]:
+    """Per held-out problem: the exact full-vocabulary KL(student || teacher) per token on the student's
+    own responses (sampled by the standard BF16 engine from the current weights), the sampled-token
+    estimate, the token count and the fraction answered right. The eval draw depends on (seed, step)
+    only, so every configuration is scored on common random numbers."""
+    engine = Engine(student.cfg, Numerics())
+    engine.load(student.state_dict())
+    R = settings.eval_responses
+    idx = np.repeat(np.arange(len(heldout)), R)
+    roll = engine.generate(heldout.prompts(idx), step_generator(seed, step, 99))
+    lp_s, full_s = token_logprobs(student, roll)
+    lp_t, full_t = token_logprobs(teacher, roll)
+    m = roll.mask.float()
+    kl_tok = (full_s.exp() * (full_s - full_t)).sum(-1)
+    n = len(heldout)
+    per = lambda x: (x * m).sum(1).view(n, R).sum(1)  # noqa: E731  (sum over each problem's responses)
+    tokens = m.sum(1).view(n, R).sum(1)
+    correct = torch.as_tensor(heldout.rewards(idx, roll.responses)).view(n, R).mean(1)
+    return {"prompt_id": np.arange(n), "kl": (per(kl_tok) / tokens).numpy(),
+            "kl_sampled": (per(lp_s - lp_t) / tokens).numpy(), "n_tokens": tokens.long().numpy(),
+            "correct": correct.numpy()}
+
+
+# ---------------------------------------------------------------- the training run
+
+class RolloutWorker(threading.Thread):
+    """Samples the batch of step n with policy version n - k as soon as that version exists."""
+
+    def __init__(self, engine: Engine, versions: dict, cond: threading.Condition, train: Problems,
+                 settings: Settings, seed: int, k: int, start: int):
+        super().__init__(daemon=True)
+        self.engine, self.versions, self.cond, self.train = engine, versions, cond, train
+        self.s, self.seed, self.k, self.start_step = settings, seed, k, start
+        self.out: queue.Queue = queue.Queue(maxsize=k + 1)
+        self.stop = threading.Event()
+
+    def run(self):
+        try:
+            for n in range(self.start_step, self.s.steps):
+                v = max(0, n - self.k)
+                with self.cond:
+                    self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
+                    if self.stop.is_set():
+                        return
+                    state = self.versions[v]
+                sync = self.engine.load(state, v) if self.engine.version != v else 0.0
+                t = time.perf_counter()
+                rng = np.random.default_rng([self.seed, n, 1])
+                idx = np.repeat(rng.choice(len(self.train), self.s.prompts_per_step, replace=False),
+                                self.s.responses_per_prompt)
+                roll = self.engine.generate(self.train.prompts(idx), step_generator(self.seed, n, 2))
+                self.out.put((n, idx, roll, sync, time.perf_counter() - t))
+        except BaseException as e:  # surface the failure in the trainer thread
+            self.out.put(e)
+
+
+def train_run(spec: dict, out_dir: Path, progress=None) -> None:
+    """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
+    Writes steps.parquet and heldout.parquet atomically at the end."""
+    out_dir = Path(out_dir)
+    row, seed = spec["row"], spec["seed"]
+    s = Settings(**spec["settings"])
+    algorithm, variant, k = row.get("algorithm", "opd"), row.get("variant", "none"), int(row.get("staleness", 0))
+    torch.manual_seed(seed)
+    train, heldout = make_task(s.task_seed)
+    student = M.load(spec["student_path"])
+    teacher = M.load(spec["teacher_path"]).eval()
+    opt = torch.optim.AdamW(student.parameters(), lr=s.lr, weight_decay=0.0)
+    steps_rows, heldout_rows, start = [], [], 0
+    ckpt_path = out_dir / "checkpoint.pt"
+    versions: dict[int, dict] = {}
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        student.load_state_dict(ck["student"])
+        opt.load_state_dict(ck["optimizer"])
+        versions.update(ck["versions"])
+        steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
+    else:
+        versions[0] = clone_state(student)
+
+    def save_checkpoint(step):
+        store.atomic_torch_save({"student": student.state_dict(), "optimizer": opt.state_dict(),
+                                 "versions": versions, "steps_rows": steps_rows, "heldout_rows": heldout_rows,
+                                 "step": step}, ckpt_path)
+
+    def evaluate(step):
+        if step in s.eval_steps() and not any(r["step"] == step for r in heldout_rows):
+            student.eval()
+            heldout_rows.append({"step": step, **heldout_eval(student, teacher, heldout, s, seed, step)})
+            student.train()
+
+    cond = threading.Condition()
+    worker = RolloutWorker(Engine(student.cfg, Numerics.of_row(row, seed)), versions, cond, train, s, seed, k, start)
+    worker.start()
+    wait_total = 0.0
+    try:
+        for n in range(start, s.steps):
+            evaluate(n)
+            t_step = time.perf_counter()
+            item = worker.out.get()
+            wait = time.perf_counter() - t_step
+            if isinstance(item, BaseException):
+                raise item
+            n_got, idx, roll, sync, rollout_s = item
+            assert n_got == n, (n_got, n)
+            row_out = update(student, teacher, opt, roll, idx, train, algorithm, variant, s)
+            with cond:
+                versions[n + 1] = clone_state(student)
+                for old in [v for v in versions if v < n + 1 - k]:
+                    del versions[old]
+                cond.notify_all()
+            wait_total += wait
+            steps_rows.append({"step": n, **row_out, "staleness": n - roll.version, "policy_version": n,
+                               "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
+                               "wait_s": wait, "step_s": time.perf_counter() - t_step})
+            if progress:
+                progress(n + 1, s.steps, row_out)
+            if (n + 1) % s.checkpoint_every == 0 and n + 1 < s.steps:
+                save_checkpoint(n + 1)
+        evaluate(s.steps)
+    finally:
+        worker.stop.set()
+        with cond:
+            cond.notify_all()
+    write_outputs(spec, steps_rows, heldout_rows, out_dir)
+    ckpt_path.unlink(missing_ok=True)
+
+
+def clone_state(model: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def update(student, teacher, opt, roll: Rollout, idx, train: Problems, algorithm, variant, s: Settings) -> dict:
+    """One optimizer step on one rollout batch; returns the step's measurements."""
+    t = time.perf_counter()
+    teacher_s = 0.0
+    if algorithm == "opd":
+        with torch.no_grad():
+            lp_t, _ = token_logprobs(teacher, roll)
+        teacher_s = time.perf_counter() - t
+    else:
+        lp_t = None
+    t = time.perf_counter()
+    lp, full = token_logprobs(student, roll)
+    rewards = train.rewards(idx, roll.responses)
+    adv, weight = advantages(algorithm, variant, lp, lp_t, roll.logprobs, roll.mask, rewards,
+                             s.responses_per_prompt, s)
+    n_tok = roll.mask.sum()
+    loss = -(adv * weight * lp).sum() / n_tok
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(student.parameters(), float("inf"))
+    opt.step()
+    train_s = time.perf_counter() - t
+    d_n, p90 = mismatch(roll.logprobs, lp, roll.mask)
+    with torch.no_grad():
+        m = roll.mask.float()
+        entropy = float(-(full.exp() * full).sum(-1).mul(m).sum() / m.sum())
+    return {"d_n": d_n, "seq_logratio_p90": p90, "n_tokens": int(n_tok), "trained_tokens": int(n_tok),
+            "teacher_s": teacher_s, "train_s": train_s, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
+            "entropy": entropy, "response_len_mean": float(roll.mask.sum(1).float().mean()),
+            "reward_mean": float(np.mean(rewards))}
+
+
+def write_outputs(spec: dict, steps_rows: list[dict], heldout_rows: list[dict], out_dir: Path) -> None:
+    import pandas as pd
+    ids = {"run_id": spec["run_id"], "config": spec["row"]["name"], "student": spec["student"], "seed": spec["seed"]}
+    steps = pd.DataFrame(steps_rows).assign(**ids)
+    store.write_table(steps, out_dir / "steps.parquet", store.STEPS)
+    if heldout_rows:
+        held = pd.concat([pd.DataFrame(r).assign(step=r["step"]) for r in heldout_rows]).assign(**ids)
+        store.write_table(held, out_dir / "heldout.parquet", store.HELDOUT)
+
+
+# ---------------------------------------------------------------- offline admission check
+
+@torch.no_grad()
+def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int) -> float:
+    """D_hat: the candidate engine generates; the standard BF16 engine's numerics rescore the same tokens
+    with the same weights; mean per-token log-ratio (the d_n formula with the standard engine as p)."""
+    cand = Engine(student.cfg, numerics)
+    cand.load(student.state_dict())
+    roll = cand.generate(prompts, step_generator(seed, 0, 3))
+    ref = Engine(student.cfg, Numerics())
+    ref.load(student.state_dict())
+    lp_ref, _ = token_logprobs(ref.model, roll)
+    d, _ = mismatch(roll.logprobs, lp_ref.float(), roll.mask)
+    return d

@@ -1,0 +1,164 @@
+"""config.yaml: validation (JSON schema + cross-field checks) and the matrix of runs.
+
+Every error names the experiment, the row and the field, and is raised before any job starts.
+A run is one row x one student x one seed; its run_id `<row>.<student>.s<seed>` depends on nothing
+else, so adding a column to the matrix never renames existing results.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
+# that editing them never reruns existing runs.
+PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline")
+ROW_DEFAULTS = {"weights": "none", "kv_cache": "none", "bf16_layers": [], "staleness": 0, "noise_sigma": 0.0,
+                "algorithm": "opd", "variant": "none", "speculative": False, "baseline": False}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    experiment: str
+    row: dict  # as written in config.yaml
+    student: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return self.row["name"]
+
+    @property
+    def resolved(self) -> dict:
+        return {**ROW_DEFAULTS, **self.row}
+
+    def params(self) -> dict:
+        """What the training job computes from: the row's own fields (not defaults, not placement)."""
+        return {k: v for k, v in self.row.items() if k not in PLACEMENT_FIELDS}
+
+
+def run_id(row_name: str, student: str, seed: int) -> str:
+    return f"{row_name}.{student}.s{seed}"
+
+
+def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
+    with open(path) as f:
+        cfg = yaml.safe_load(f)
+    cfg.update(overrides or {})
+    validate(cfg)
+    return cfg
+
+
+def _where(cfg: dict, path) -> str:
+    """'experiment 'toy', row 3 ('fp8w'), field 'noise_sigma'' from a jsonschema error path."""
+    p = list(path)
+    if len(p) >= 4 and p[0] == "experiments" and p[2] == "rows" and isinstance(p[3], int):
+        exp, i = p[1], p[3]
+        try:
+            name = cfg["experiments"][exp]["rows"][i].get("name", "?")
+        except (AttributeError, IndexError, KeyError):
+            name = "?"
+        field = ".".join(map(str, p[4:])) or "(row)"
+        return f"experiment {exp!r}, row {i} ({name!r}), field {field!r}"
+    if len(p) >= 2 and p[0] == "experiments":
+        return f"experiment {p[1]!r}, field {'.'.join(map(str, p[2:])) or '(experiment)'!r}"
+    return f"field {'.'.join(map(str, p)) or '(top level)'!r}"
+
+
+def validate(cfg: dict) -> None:
+    """Raise ConfigError listing every problem; return None when the config is good."""
+    if not isinstance(cfg, dict):
+        raise ConfigError("config must be a mapping")
+    schema = yaml.safe_load(SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = []
+    for e in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
+        msg = e.message
+        if e.validator == "additionalProperties":
+            msg = "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
+                " was unexpected", "")
+        errors.append(f"{_where(cfg, e.absolute_path)}: {msg}")
+    if not errors:
+        errors = cross_field_errors(cfg)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+def cross_field_errors(cfg: dict) -> list[str]:
+    errors = []
+    if cfg["experiment"] not in cfg["experiments"]:
+        errors.append(f"field 'experiment': unknown experiment {cfg['experiment']!r}; "
+                      f"known: {sorted(cfg['experiments'])}")
+    for exp, e in cfg["experiments"].items():
+        students = e["students"]
+        baselines = [r["name"] for r in e["rows"] if r.get("baseline")]
+        if len(baselines) != 1:
+            errors.append(f"experiment {exp!r}, field 'rows': exactly one row must have baseline: true, "
+                          f"found {len(baselines)} {baselines}")
+        seen = {}
+        for i, r in enumerate(e["rows"]):
+            where = f"experiment {exp!r}, row {i} ({r['name']!r})"
+            if r["name"] in seen:
+                errors.append(f"{where}, field 'name': duplicate of row {seen[r['name']]}")
+            seen.setdefault(r["name"], i)
+            for s in r.get("students", []):
+                if s not in students:
+                    errors.append(f"{where}, field 'students': unknown student {s!r}; known: {sorted(students)}")
+            for s in r.get("students", [next(iter(students))]):
+                n = students.get(s, {}).get("layers")
+                for layer in r.get("bf16_layers", []):
+                    if n is not None and not -n <= layer < n:
+                        errors.append(f"{where}, field 'bf16_layers': layer {layer} out of range for student "
+                                      f"{s!r} with {n} layers")
+            if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
+                errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
+        if e["rows"] and baselines:
+            base = next(r for r in e["rows"] if r.get("baseline"))
+            missing = set(students) - set(base.get("students", [next(iter(students))]))
+            if missing and any(set(r.get("students", [])) & missing for r in e["rows"]):
+                errors.append(f"experiment {exp!r}, row ({base['name']!r}), field 'students': the baseline must "
+                              f"cover every student other rows use; missing {sorted(missing)}")
+    return errors
+
+
+def runs(cfg: dict, experiment: str | None = None) -> list[Run]:
+    exp = experiment or cfg["experiment"]
+    e = cfg["experiments"][exp]
+    first = next(iter(e["students"]))
+    out = []
+    for r in e["rows"]:
+        for s in r.get("students", [first]):
+            for seed in r.get("seeds", e["seeds"]):
+                out.append(Run(run_id(r["name"], s, seed), exp, r, s, seed))
+    return out
+
+
+def baseline_row(cfg: dict, experiment: str | None = None) -> dict:
+    e = cfg["experiments"][experiment or cfg["experiment"]]
+    return next(r for r in e["rows"] if r.get("baseline"))
+
+
+def dumps(obj) -> str:
+    """Canonical JSON (sorted keys), the form params and hashes use."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def write_if_changed(path, spec: dict) -> str:
+    """Write canonical JSON to path unless the file already holds exactly that; return the path.
+    Its mtime then changes only when its content does."""
+    from opd import store
+    text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
+    p = Path(path)
+    if not p.exists() or p.read_text() != text:
+        store.atomic_write(p, lambda tmp: Path(tmp).write_text(text))
+    return str(path)

@@ -1,0 +1,63 @@
+"""The jobs the DAG runs, independent of where they run (the launcher) and which backend computes.
+
+Each job takes plain JSON-able arguments, so submitit can pickle it for Slurm."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from opd import config as C
+from opd import provenance, store
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
+    """One training run: write run.json (running), train (resuming from a checkpoint if one exists),
+    then run.json (complete). Returns the final run.json."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    meta_path = run_dir / "run.json"
+    previous = store.read_json(meta_path) if meta_path.exists() else {}
+    meta = {
+        "run_id": spec["run_id"], "experiment": spec["experiment"], "row": {**C.ROW_DEFAULTS, **spec["row"]},
+        "row_hash": provenance.sha256_text(C.dumps(spec["row"])), "student": spec["student"], "seed": spec["seed"],
+        "backend": spec["backend"], "settings": spec["settings"], "code": provenance.code_version(),
+        "packages": provenance.package_versions(), "hardware": provenance.hardware(),
+        "launcher": (launcher_info or {}).get("launcher", "local"),
+        "slurm_job_ids": previous.get("slurm_job_ids", []) + (launcher_info or {}).get("slurm_job_ids", []),
+        "attempts": previous.get("attempts", 0) + 1, "start": previous.get("start") or _now(), "status": "running",
+    }
+    store.write_json(meta, meta_path)
+    t = time.perf_counter()
+    if spec["backend"] == "tiny":
+        from opd.backends.tiny import trainer
+        trainer.train_run(spec, run_dir, progress=_progress(spec["run_id"]))
+    else:
+        from opd.backends import verl
+        verl.train_run(spec, run_dir)
+    meta.update(status="complete", end=_now(), wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0))
+    store.write_json(meta, meta_path)
+    return meta
+
+
+def _progress(label: str):
+    """A tqdm bar on stderr when it is a terminal, else a line every tenth of the run."""
+    import sys
+
+    from tqdm import tqdm
+    bar = {}
+
+    def report(n, total, row):
+        if "bar" not in bar:
+            bar["bar"] = tqdm(total=total, initial=n - 1, desc=label, disable=not sys.stderr.isatty(), leave=False)
+        bar["bar"].update(1)
+        bar["bar"].set_postfix(d_n=f"{row['d_n']:.4f}", loss=f"{row['loss']:.3f}")
+        if not sys.stderr.isatty() and (n % max(1, total // 10) == 0 or n == total):
+            print(f"{label}: step {n}/{total} d_n={row['d_n']:.4f} loss={row['loss']:.3f}", file=sys.stderr, flush=True)
+        if n == total:
+            bar["bar"].close()
+    return report

@@ -1,0 +1,104 @@
+"""Launchers: run a job here (`local`) or on Slurm through submitit (`slurm`).
+
+With Slurm the Snakemake rule runs locally and blocks until the submitted job ends. The job is
+checkpointable: on a timeout or preemption signal submitit requeues it and it resumes from the run's
+last checkpoint. A job that vanishes without a result (scancel, out of memory, node failure) is noticed
+by polling `squeue`/`scontrol` ourselves (submitit alone would wait forever without Slurm accounting)
+and fails within `dead_after_s` with the Slurm state and the tail of the job's log.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import submitit
+
+from opd import jobs
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+class CheckpointableTrain(submitit.helpers.Checkpointable):
+    """The training job as submitit runs it; on timeout/preemption it is resubmitted with the same
+    arguments and resumes from `checkpoint.pt` in the run folder."""
+
+    def __call__(self, spec: dict, run_dir: str) -> dict:
+        env = submitit.JobEnvironment()
+        return jobs.train(spec, run_dir, {"launcher": "slurm", "slurm_job_ids": [str(env.job_id)]})
+
+
+def run_train(spec: dict, run_dir, launcher: dict) -> dict:
+    if launcher["launcher"] == "local":
+        return jobs.train(spec, run_dir)
+    return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir), launcher.get("slurm", {}),
+                           name=spec["run_id"])
+
+
+def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    params = {"name": name, "timeout_min": slurm.get("time_min", 60), "nodes": slurm.get("nodes", 1),
+              "cpus_per_task": slurm.get("cpus_per_task", 1), "mem_gb": slurm.get("mem_gb", 4),
+              "slurm_setup": slurm.get("setup", []), "slurm_max_num_timeout": slurm.get("max_requeues", 3)}
+    if slurm.get("gpus_per_node"):
+        params["gpus_per_node"] = slurm["gpus_per_node"]
+    for key in ("partition", "account", "qos"):
+        if slurm.get(key):
+            params[f"slurm_{key}"] = slurm[key]
+    ex.update_parameters(**params)
+    return ex
+
+
+def slurm_state(job_id: str) -> str | None:
+    """The job's state from squeue while it is known there, else from scontrol (kept for MinJobAge);
+    None once Slurm has forgotten it."""
+    r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.split()[0]
+    r = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True)
+    for tok in r.stdout.split():
+        if tok.startswith("JobState="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+          "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+
+
+def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
+    if shutil.which("sbatch") is None:
+        raise JobFailed("launcher: slurm needs sbatch on PATH (run on a Slurm login node)")
+    folder = run_dir / "slurm"
+    job = executor(folder, slurm, name).submit(fn, *args)
+    print(f"{name}: submitted Slurm job {job.job_id}; logs in {folder}", flush=True)
+    poll, dead_after = slurm.get("poll_s", 5), slurm.get("dead_after_s", 120)
+    gone_since = None
+    while True:
+        if job.paths.result_pickle.exists():
+            return job.result()  # raises submitit's FailedJobError with the traceback on an exception
+        state = slurm_state(job.job_id)
+        if state in ACTIVE:
+            gone_since = None
+        else:
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since >= (poll if state else dead_after) or state in (
+                    "CANCELLED", "FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+                    "TIMEOUT"):
+                time.sleep(poll)  # the result file may land just after the state changes
+                if job.paths.result_pickle.exists():
+                    return job.result()
+                raise JobFailed(f"{name}: Slurm job {job.job_id} ended without a result (state {state or 'unknown'})."
+                                f"\n--- tail of {job.paths.stderr} ---\n{_tail(job.paths.stderr)}"
+                                f"\n--- tail of {job.paths.stdout} ---\n{_tail(job.paths.stdout)}")
+        time.sleep(poll)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,138 @@
+"""Rollout-engine numerics shared by both backends.
+
+Every function takes a float tensor and returns a float tensor of the same shape and dtype holding
+the values the engine would compute with (quantise, then dequantise). The verl backend's vLLM
+weight-sync hook applies the same functions to the weights it loads, so a recipe means the same
+numbers on a laptop and on a GPU cluster.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+E2M1_MAX = 6.0
+NVFP4_BLOCK = 16
+
+WEIGHT_RECIPES = ("none", "fp8_tensor", "fp8_block", "nvfp4")
+KV_RECIPES = ("none", "fp8_e4m3", "fp8_e5m2")
+
+
+def round_bf16(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest BF16 value, keeping the input dtype."""
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+def cast_fp8(x: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
+    """Saturating round-to-nearest-even cast to FP8 and back (torch's own float8 cast after clamping)."""
+    m = FP8_MAX[fmt]
+    return x.clamp(-m, m).to(FP8_FORMATS[fmt]).to(x.dtype)
+
+
+def fp8_per_tensor(w: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
+    """Model Optimizer-style FP8: one FP32 scale per tensor, scale = amax / fp8_max."""
+    scale = (w.abs().amax().float() / FP8_MAX[fmt]).clamp_min(1e-12)
+    return (cast_fp8(w.float() / scale, fmt) * scale).to(w.dtype)
+
+
+def fp8_block(w: torch.Tensor, block: int = 128, fmt: str = "e4m3") -> torch.Tensor:
+    """FP8 with one scale per block x block tile of a 2-D weight (DeepSeek-V3 style)."""
+    rows, cols = w.shape
+    pr, pc = (-rows) % block, (-cols) % block
+    x = torch.nn.functional.pad(w.float(), (0, pc, 0, pr))
+    tiles = x.reshape(x.shape[0] // block, block, x.shape[1] // block, block)
+    scale = (tiles.abs().amax(dim=(1, 3), keepdim=True) / FP8_MAX[fmt]).clamp_min(1e-12)
+    q = cast_fp8(tiles / scale, fmt) * scale
+    return q.reshape(x.shape)[:rows, :cols].to(w.dtype)
+
+
+def round_e2m1(x: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest FP4 E2M1 value (ties to the even mantissa), saturating at +-6."""
+    grid = E2M1_GRID.to(x.device, torch.float32)
+    a = x.float().abs().clamp(max=E2M1_MAX)
+    mids = (grid[1:] + grid[:-1]) / 2
+    idx = torch.bucketize(a, mids)  # nearest grid index; an exact tie lands on the lower one...
+    tie = (idx < len(mids)) & (a == mids[idx.clamp(max=len(mids) - 1)])
+    idx = torch.where(tie & (idx % 2 == 1), idx + 1, idx)  # ...and moves up when that one's mantissa is odd
+    return torch.sign(x.float()) * grid[idx]
+
+
+def nvfp4(w: torch.Tensor) -> torch.Tensor:
+    """NVFP4 emulated in higher precision: E2M1 values in 16-element blocks along the last dimension,
+    each block with an E4M3 scale, and one FP32 global scale so the block scales fit E4M3."""
+    shape = w.shape
+    x = w.float().reshape(-1, shape[-1])
+    pad = (-shape[-1]) % NVFP4_BLOCK
+    x = torch.nn.functional.pad(x, (0, pad)).reshape(x.shape[0], -1, NVFP4_BLOCK)
+    global_scale = (x.abs().amax() / (FP8_MAX["e4m3"] * E2M1_MAX)).clamp_min(1e-12)
+    block_amax = x.abs().amax(dim=-1, keepdim=True)
+    block_scale = cast_fp8(block_amax / E2M1_MAX / global_scale, "e4m3") * global_scale
+    safe = torch.where(block_scale > 0, block_scale, torch.ones_like(block_scale))
+    q = round_e2m1(x / safe) * block_scale
+    return q.reshape(x.shape[0], -1)[:, : shape[-1]].reshape(shape).to(w.dtype)
+
+
+def quantize_weight(w: torch.Tensor, recipe: str) -> torch.Tensor:
+    if recipe == "none":
+        return w
+    if recipe == "fp8_tensor":
+        return fp8_per_tensor(w)
+    if recipe == "fp8_block":
+        return fp8_block(w)
+    if recipe == "nvfp4":
+        return nvfp4(w)
+    raise ValueError(f"unknown weight recipe {recipe!r}; known: {WEIGHT_RECIPES}")
+
+
+def _seed_for(name: str, seed: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def gaussian_noise(w: torch.Tensor, sigma: float, name: str, seed: int = 0) -> torch.Tensor:
+    """W + sigma * rms(W) * eps with a fixed direction eps ~ N(0, I) seeded by (seed, tensor name):
+    the same perturbation direction at every weight sync of a run."""
+    if sigma == 0:
+        return w
+    g = torch.Generator().manual_seed(_seed_for(name, seed))
+    eps = torch.randn(w.shape, generator=g, dtype=torch.float32)
+    rms = w.float().pow(2).mean().sqrt()
+    return (w.float() + sigma * rms * eps).to(w.dtype)
+
+
+def layer_index(name: str) -> int | None:
+    """Decoder-layer index of a parameter named like Hugging Face checkpoints ('model.layers.3.mlp...')
+    or like the tiny model ('layers.3.mlp...'); None for embeddings, final norm and head."""
+    parts = name.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if p == "layers" and parts[i + 1].isdigit():
+            return int(parts[i + 1])
+    return None
+
+
+def resolve_layers(layers, n_layers: int) -> set[int]:
+    """Layer list as written in a row (negative = from the end) to absolute indices."""
+    out = set()
+    for i in layers or ():
+        j = i + n_layers if i < 0 else i
+        if not 0 <= j < n_layers:
+            raise ValueError(f"layer {i} out of range for a {n_layers}-layer model")
+        out.add(j)
+    return out
+
+
+def engine_weights(state: dict, *, weights: str = "none", noise_sigma: float = 0.0, noise_seed: int = 0,
+                   bf16_layers=(), n_layers: int) -> dict:
+    """Apply a row's weight numerics to a state dict: fixed-direction noise on every tensor, then the
+    weight recipe on the 2-D projection weights of decoder layers not kept in BF16."""
+    keep = resolve_layers(bf16_layers, n_layers)
+    out = {}
+    for name, w in state.items():
+        x = gaussian_noise(w, noise_sigma, name, noise_seed) if noise_sigma else w
+        li = layer_index(name)
+        if weights != "none" and x.dim() == 2 and li is not None and li not in keep:
+            x = quantize_weight(x, weights)
+        out[name] = x
+    return out

@@ -1,0 +1,94 @@
+"""Shared by the figure and table scripts: one plotting style, and outputs that record the hashes of
+the inputs they were made from (PDF/PNG metadata and a `<name>.inputs.json` sidecar)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from opd import provenance, store  # noqa: E402
+
+COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
+PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7837", "#c51b7d", "#4d4d4d"
+FAMILY_COLORS = {"baseline": "#000000", "weights": "#2166ac", "kv_cache": "#b2182b", "staleness": "#5aae61",
+                 "noise": "#e08214", "combined": "#762a83", "rl": "#878787"}
+STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "legend.fontsize": 6, "xtick.labelsize": 6,
+         "ytick.labelsize": 6, "lines.linewidth": 1.0, "lines.markersize": 3.5, "axes.spines.top": False,
+         "axes.spines.right": False, "figure.dpi": 200, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
+         "pdf.fonttype": 42}
+
+
+def figure(width: float = COLUMN_WIDTH, height: float = 2.3, ncols: int = 1, nrows: int = 1, **kw):
+    plt.rcParams.update(STYLE)
+    return plt.subplots(nrows, ncols, figsize=(width, height), constrained_layout=True, **kw)
+
+
+def input_hashes(inputs) -> dict[str, str]:
+    return {str(p): provenance.sha256_file(p) for p in inputs}
+
+
+def _sidecar(path: Path, inputs) -> None:
+    store.write_json({"output": path.name, "inputs": input_hashes(inputs)}, path.with_suffix(".inputs.json"))
+
+
+def save_figure(fig, pdf, png, inputs) -> None:
+    """PDF and PNG written atomically, both carrying the sha256 of every input."""
+    hashes = input_hashes(inputs)
+    subject = json.dumps(hashes, sort_keys=True)
+    for path, meta in ((Path(pdf), {"Subject": subject, "Creator": "opd-budget"}),
+                       (Path(png), {"Description": subject, "Software": "opd-budget"})):
+        store.atomic_write(path, lambda tmp, p=path, m=meta: fig.savefig(tmp, format=p.suffix[1:], metadata=m))
+    _sidecar(Path(png), inputs)
+    plt.close(fig)
+
+
+def family(row: dict) -> str:
+    """Which mismatch source a row is about, for colours and grouping."""
+    if row.get("baseline"):
+        return "baseline"
+    if row.get("algorithm", "opd") != "opd":
+        return "rl"
+    kinds = [k for k, on in (("weights", row.get("weights", "none") != "none"),
+                             ("kv_cache", row.get("kv_cache", "none") != "none"),
+                             ("staleness", bool(row.get("staleness"))), ("noise", bool(row.get("noise_sigma"))))
+             if on]
+    return kinds[0] if len(kinds) == 1 else "combined"
+
+
+def rows_frame(path) -> pd.DataFrame:
+    rows = store.read_table(path)
+    rows["family"] = [family(r) for r in rows.to_dict("records")]
+    return rows
+
+
+def _fmt(v, digits: int):
+    if isinstance(v, (float, np.floating)):
+        if np.isnan(v):
+            return "–"
+        return f"{v:.{digits}g}" if abs(v) < 1e-3 and v != 0 else f"{v:.{digits}f}"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4, notes: str = "") -> None:
+    """Markdown (with a caption line and notes) and a LaTeX tabular, both atomically."""
+    cells = df.map(lambda v: _fmt(v, digits)) if len(df) else df
+    md_text = f"**{caption}**\n\n" + (cells.to_markdown(index=False) if len(df) else "(no rows)") + "\n"
+    if notes:
+        md_text += f"\n{notes}\n"
+    esc = lambda s: str(s).replace("_", r"\_").replace("%", r"\%").replace("&", r"\&").replace("#", r"\#")  # noqa: E731
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\caption{{{esc(caption)}}}",
+             r"\begin{tabular}{" + "l" * len(df.columns) + "}", r"\toprule",
+             " & ".join(esc(c) for c in df.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(esc(v) for v in row) + r" \\" for row in cells.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    store.atomic_write(Path(md), lambda tmp: Path(tmp).write_text(md_text))
+    store.atomic_write(Path(tex), lambda tmp: Path(tmp).write_text("\n".join(lines)))
+    _sidecar(Path(md), inputs)

@@ -1,0 +1,117 @@
+"""Bad input gets a clear error naming the experiment, row and field, before any job starts."""
+import copy
+
+import pytest
+
+from opd import config as C
+
+
+def err(cfg) -> str:
+    with pytest.raises(C.ConfigError) as e:
+        C.validate(cfg)
+    return str(e.value)
+
+
+def rows(cfg):
+    return cfg["experiments"]["toy"]["rows"]
+
+
+def test_the_shipped_config_is_valid(toy_config):
+    C.validate(toy_config)
+
+
+def test_unknown_key_names_row_and_field(toy_config):
+    rows(toy_config)[2]["nosie_sigma"] = 0.1
+    m = err(toy_config)
+    assert "experiment 'toy', row 2 ('fp8w-l0')" in m and "unknown key" in m and "nosie_sigma" in m
+
+
+def test_duplicate_row_name(toy_config):
+    rows(toy_config)[3]["name"] = rows(toy_config)[1]["name"]
+    m = err(toy_config)
+    assert "row 3 ('fp8w')" in m and "duplicate of row 1" in m
+
+
+def test_no_baseline_and_two_baselines(toy_config):
+    none = copy.deepcopy(toy_config)
+    rows(none)[0]["baseline"] = False
+    assert "exactly one row must have baseline: true, found 0" in err(none)
+    two = copy.deepcopy(toy_config)
+    rows(two)[5]["baseline"] = True
+    assert "found 2" in err(two)
+
+
+def test_unknown_recipe(toy_config):
+    rows(toy_config)[1]["weights"] = "fp6"
+    m = err(toy_config)
+    assert "row 1 ('fp8w'), field 'weights'" in m and "fp6" in m
+
+
+@pytest.mark.parametrize("sigma", [-0.1, "big"])
+def test_bad_sigma(toy_config, sigma):
+    rows(toy_config)[16]["noise_sigma"] = sigma
+    m = err(toy_config)
+    assert "field 'noise_sigma'" in m and rows(toy_config)[16]["name"] in m
+
+
+def test_negative_staleness(toy_config):
+    rows(toy_config)[12]["staleness"] = -1
+    assert "row 12 ('stale-k2'), field 'staleness'" in err(toy_config)
+
+
+def test_layer_out_of_range_for_the_student(toy_config):
+    rows(toy_config)[2]["bf16_layers"] = [2]  # qwen-s has 2 layers: 0, 1 (or -1, -2)
+    m = err(toy_config)
+    assert "row 2 ('fp8w-l0'), field 'bf16_layers'" in m and "layer 2 out of range" in m and "'qwen-s'" in m
+    rows(toy_config)[2]["bf16_layers"] = [-2]
+    C.validate(toy_config)
+
+
+@pytest.mark.parametrize("tau", [0, 1, 1.5, -0.2])
+def test_tau_outside_open_unit_interval(toy_config, tau):
+    toy_config["experiments"]["toy"]["tau"] = tau
+    assert "experiment 'toy', field 'tau'" in err(toy_config)
+
+
+def test_empty_matrix(toy_config):
+    toy_config["experiments"]["toy"]["rows"] = []
+    assert "experiment 'toy', field 'rows'" in err(toy_config)
+
+
+@pytest.mark.parametrize("name", ["a/b", "fp8 w", "x;rm", "$(x)", "a.b", ""])
+def test_row_names_that_would_break_paths_or_shells(toy_config, name):
+    rows(toy_config)[1]["name"] = name
+    assert "row 1" in err(toy_config) and "field 'name'" in err(toy_config)
+
+
+@pytest.mark.parametrize("seeds", [[0.5], ["1"], [1, 1]])
+def test_seeds_must_be_distinct_integers(toy_config, seeds):
+    toy_config["experiments"]["toy"]["seeds"] = seeds
+    assert "field 'seeds" in err(toy_config)
+
+
+def test_unknown_experiment_and_launcher(toy_config):
+    bad = copy.deepcopy(toy_config)
+    bad["experiment"] = "nope"
+    assert "unknown experiment 'nope'" in err(bad)
+    toy_config["launcher"] = "kubernetes"
+    assert "field 'launcher'" in err(toy_config)
+
+
+def test_unknown_student_in_a_row(toy_config):
+    rows(toy_config)[1]["students"] = ["qwen-xl"]
+    assert "field 'students': unknown student 'qwen-xl'" in err(toy_config)
+
+
+def test_run_ids_do_not_depend_on_other_columns(toy_config):
+    before = {r.run_id: r.params() for r in C.runs(toy_config)}
+    for r in rows(toy_config):
+        r["speculative"] = False  # a column added to every row
+    after = [r.run_id for r in C.runs(toy_config)]
+    assert set(after) == set(before)
+    assert "fp8w.qwen-m.s0" in before and "bf16.llama-s.s0" in before
+
+
+def test_placement_fields_are_not_params(toy_config):
+    r = next(r for r in C.runs(toy_config) if r.run_id == "fp8w.qwen-s.s0")
+    assert r.params() == {"name": "fp8w", "weights": "fp8_tensor"}

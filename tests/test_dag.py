@@ -1,0 +1,79 @@
+"""The DAG's guarantees, checked with real Snakemake runs in a fresh `git clone` of this tree, whose
+results/ already holds the toy experiment's results."""
+from pathlib import Path
+
+import pytest
+
+from conftest import edit_config, planned, planned_rules, planned_runs, snakemake
+
+TRAINING = {"train", "base_models"}
+
+
+def test_fresh_clone_with_results_schedules_no_training(clone):
+    jobs = planned(clone)
+    assert not planned_rules(jobs) & (TRAINING | {"admission", "kv_attribution", "throughput", "memory_bound"})
+
+
+@pytest.fixture
+def built_clone(clone):
+    """A fresh clone after one real `snakemake` run has rebuilt what it wants (analysis, figures)
+    from the committed Parquet: everything is then up to date."""
+    snakemake(clone, "-c", "2")
+    assert planned(clone) == []
+    return clone
+
+
+def test_adding_a_row_schedules_only_that_row(built_clone):
+    edit_config(built_clone, lambda c: c["experiments"]["toy"]["rows"].append(
+        {"name": "noise-05", "noise_sigma": 0.05}))
+    jobs = planned(built_clone)
+    assert planned_runs(jobs) == {"noise-05.qwen-s.s0"}
+    assert {w for r, w in jobs if r == "admission"} == {"row=noise-05, student=qwen-s"}
+    assert "base_models" not in planned_rules(jobs)
+    assert {"analysis", "figure_budget", "table_runs"} <= planned_rules(jobs)
+    # outputs that do not read the runs are left alone
+    assert not planned_rules(jobs) & {"kv_attribution", "throughput", "memory_bound", "figure_kv_attribution"}
+
+
+def test_changing_one_field_reruns_only_that_row(built_clone):
+    def change(c):
+        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "fp8w")
+        row["weights"] = "fp8_block"
+    edit_config(built_clone, change)
+    jobs = planned(built_clone)
+    assert planned_runs(jobs) == {"fp8w.qwen-s.s0", "fp8w.qwen-m.s0", "fp8w.llama-s.s0"}
+    assert "base_models" not in planned_rules(jobs)
+
+
+def test_placement_edits_rerun_nothing(built_clone):
+    def describe(c):
+        c["experiments"]["toy"]["rows"][1]["description"] = "a new note"
+    edit_config(built_clone, describe)
+    assert not planned_rules(planned(built_clone)) & TRAINING
+
+
+def test_editing_library_code_schedules_no_training(built_clone):
+    for f in ("opd/stats.py", "opd/backends/tiny/trainer.py", "opd/quant.py"):
+        with open(built_clone / f, "a") as fh:
+            fh.write("\n# an edit\n")
+    assert not planned_rules(planned(built_clone)) & TRAINING
+
+
+def test_editing_one_figure_script_rebuilds_only_that_figure(built_clone):
+    with open(built_clone / "workflow/scripts/figure_budget.py", "a") as fh:
+        fh.write("\n# an edit\n")
+    assert planned_rules(planned(built_clone)) == {"figure_budget", "all"}
+
+
+def test_profile_slurm_dry_run_from_the_repository_root(clone):
+    r = snakemake(clone, "--profile", "slurm", "-n")
+    assert "Job stats" in r.stdout + r.stderr
+
+
+def test_bad_config_stops_before_any_job(clone):
+    edit_config(clone, lambda c: c["experiments"]["toy"]["rows"][3].update(staleness=-2))
+    r = snakemake(clone, "-n", check=False)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "experiment 'toy', row 3 ('fp8w-block'), field 'staleness'" in out
+    assert "Job stats" not in out

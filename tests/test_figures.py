@@ -1,0 +1,141 @@
+"""Every figure and table renders from a small Parquet fixture, through the same scripts Snakemake runs."""
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from opd import config as C
+from opd import provenance, store
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "workflow" / "scripts"
+ROWS = [{"name": "bf16", "baseline": True}, {"name": "fp8w", "weights": "fp8_tensor"},
+        {"name": "kv", "kv_cache": "fp8_e4m3"}, {"name": "k2", "staleness": 2}, {"name": "n1", "noise_sigma": 0.1},
+        {"name": "n3", "noise_sigma": 0.3}, {"name": "n3-tis", "noise_sigma": 0.3, "variant": "tis"},
+        {"name": "rl-bf16", "algorithm": "reinforce"}, {"name": "rl-n1", "algorithm": "reinforce", "noise_sigma": 0.1}]
+D = {"bf16": 1e-4, "fp8w": 2e-3, "kv": 5e-3, "k2": 1e-3, "n1": 0.05, "n3": 0.6, "n3-tis": 0.6, "rl-bf16": 1e-4,
+     "rl-n1": 0.05}
+SCALE = {"n3": 1.6, "n3-tis": 1.7, "rl-n1": 1.4}
+
+
+class Files(list):
+    """What Snakemake hands a script as snakemake.input / snakemake.output: a list with names."""
+
+    def __init__(self, items=(), **named):
+        super().__init__(list(items) + [v for vs in named.values() for v in (vs if isinstance(vs, list) else [vs])])
+        self.__dict__.update(named)
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_runs(d: Path):
+    rng = np.random.default_rng(0)
+    n = 60
+    base_kl = rng.gamma(2.0, 0.1, n)
+    steps_files, held_files, adm_files = [], [], []
+    for r in ROWS:
+        name, rid = r["name"], f"{r['name']}.m.s0"
+        st = pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": 0, "step": np.arange(20),
+                           "d_n": D[name] * rng.lognormal(0, 0.1, 20), "seq_logratio_p90": 0.01,
+                           "n_tokens": 500, "trained_tokens": 500, "step_s": 0.1, "rollout_s": 0.05, "teacher_s": 0.01,
+                           "train_s": 0.04, "weight_sync_s": 0.001, "wait_s": 0.05 if not r.get("staleness") else 0.01,
+                           "staleness": r.get("staleness", 0), "policy_version": np.arange(20),
+                           "engine_version": np.maximum(0, np.arange(20) - r.get("staleness", 0)), "loss": 0.1,
+                           "grad_norm": 1.0, "entropy": np.linspace(0.5, 0.4, 20), "response_len_mean": 20.0,
+                           "reward_mean": 0.5})
+        frames = []
+        for step, f in ((0, 2.0), (10, 1.4), (20, 1.0)):
+            kl = base_kl * f * (SCALE.get(name, 1.0) if step else 1.0) * rng.lognormal(0, 0.03, n)
+            frames.append(pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": 0, "step": step,
+                                        "prompt_id": np.arange(n), "kl": kl, "kl_sampled": kl, "n_tokens": 40,
+                                        "correct": 0.5 - (0.2 if name == "rl-n1" and step else 0)}))
+        store.write_table(st, d / f"{rid}.steps.parquet", store.STEPS)
+        store.write_table(pd.concat(frames), d / f"{rid}.heldout.parquet", store.HELDOUT)
+        steps_files.append(str(d / f"{rid}.steps.parquet"))
+        held_files.append(str(d / f"{rid}.heldout.parquet"))
+        if r.get("algorithm", "opd") == "opd" and not r.get("staleness") and r.get("variant", "none") == "none":
+            p = d / f"adm.{name}.parquet"
+            store.write_table(pd.DataFrame([{"config": name, "student": "m", "d_hat": D[name] / 1.3}]), p)
+            adm_files.append(str(p))
+    return steps_files, held_files, adm_files
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fixture")
+    steps, held, adm = make_runs(d)
+    a = d / "analysis"
+    out = Files(**{k: str(a / f"{k}.parquet") for k in ("steps", "heldout", "rows", "verdicts", "budget", "admission",
+                                                         "rl")}, admission_summary=str(a / "admission_summary.json"))
+    params = SimpleNamespace(rows=[{**C.ROW_DEFAULTS, **r} for r in ROWS], baseline="bf16", tau=0.2,
+                             taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
+                             admission={"alpha": 1.5, "L": 0.41})
+    load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
+    store.write_table(pd.DataFrame([{"recipe": "fp8_e4m3", "mode": m, "layer": l, "d_hat": v} for m, l, v in
+                                    [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001), ("all_but", 0, 0.001),
+                                     ("all_but", 1, 0.009)]]), a / "kv_attribution.parquet")
+    thr = pd.concat([store.read_table(steps[0]).assign(k=k, step_s=0.1 / (1 + 0.2 * (k > 0))) for k in (0, 1, 2)])
+    store.write_table(thr, a / "async_throughput.parquet")
+    store.write_table(pd.DataFrame([{"kv_cache": kv, "batch": b, "seconds": 1.0, "tokens": b * 30,
+                                     "waves": 1 + b // (64 * f), "tokens_per_s": b * 30 / (1 + b // (64 * f)),
+                                     "concurrent": min(b, 64 * f)} for kv, f in (("none", 1), ("fp8_e4m3", 2))
+                                    for b in (32, 64, 128, 256)]), a / "memory_bound.parquet")
+    return a
+
+
+def test_analysis_outputs(analysis):
+    v = store.read_table(analysis / "verdicts.parquet").set_index("config")
+    assert v.loc["n3", "verdict"] == "fail" and v.loc["n1", "verdict"] == "pass"
+    assert "rl-bf16" not in v.index  # RL runs are judged by the RL table, not the OPD rule
+    b = store.read_table(analysis / "budget.parquet").set_index("tau")
+    assert b.loc[0.2, "lo"] == pytest.approx(v.loc["n1", "D"]) and b.loc[0.2, "hi"] == pytest.approx(v.loc["n3", "D"])
+    rl = store.read_table(analysis / "rl.parquet").set_index("config")
+    assert rl.loc["rl-n1", "collapsed"] and not rl.loc["rl-bf16", "collapsed"]
+    assert rl.loc["rl-n1", "opd_config"] == "n1" and rl.loc["rl-n1", "opd_verdict"] == "pass"
+
+
+FIGURES = {"budget": ["verdicts", "budget", "rows"], "admission": ["admission", "admission_summary.json"],
+           "kv_attribution": ["kv_attribution"], "async_throughput": ["async_throughput"],
+           "memory_bound": ["memory_bound"], "rl_vs_opd": ["rl", "heldout", "steps", "rows"],
+           "mismatch_steps": ["steps", "rows"], "heldout_kl": ["heldout", "rows", "verdicts"]}
+TABLES = {"runs": ["verdicts", "rows"], "budget": ["budget"], "admission": ["admission", "admission_summary.json"],
+          "time_to_kl": ["heldout", "steps", "rows"], "variants": ["verdicts", "rows"], "infra": ["steps", "rows"],
+          "rl": ["rl"]}
+
+
+def inputs(analysis, names):
+    return Files([str(analysis / (n if n.endswith(".json") else f"{n}.parquet")) for n in names])
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_renders_pdf_and_png_with_input_hashes(analysis, tmp_path, name):
+    inp = inputs(analysis, FIGURES[name])
+    out = Files(pdf=str(tmp_path / f"{name}.pdf"), png=str(tmp_path / f"{name}.png"))
+    params = SimpleNamespace(experiment="t", tau=0.2, baseline="bf16", primary="m")
+    load(f"figure_{name}").main(inp, out, params)
+    assert Path(out.pdf).read_bytes()[:4] == b"%PDF"
+    assert Path(out.png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    side = json.loads((tmp_path / f"{name}.inputs.json").read_text())
+    assert side["inputs"] == {p: provenance.sha256_file(p) for p in inp}
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_table_renders_markdown_and_latex(analysis, tmp_path, name):
+    out = Files(md=str(tmp_path / f"{name}.md"), tex=str(tmp_path / f"{name}.tex"))
+    params = SimpleNamespace(experiment="t", baseline="bf16", primary="m", backend="tiny",
+                             infra={"window": [2, 20], "peak_flops": 1e11},
+                             students={"m": {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1,
+                                             "head_dim": 32, "d_ff": 64}})
+    load(f"table_{name}").main(inputs(analysis, TABLES[name]), out, params)
+    md, tex = Path(out.md).read_text(), Path(out.tex).read_text()
+    assert md.startswith("**") and "|" in md
+    assert r"\begin{tabular}" in tex and r"\bottomrule" in tex

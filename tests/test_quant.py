@@ -1,0 +1,81 @@
+"""The engine numerics of opd/quant.py, against torch's own float8 casts and the formats' definitions."""
+import torch
+
+from opd import quant
+
+E4M3 = torch.float8_e4m3fn
+
+
+def test_cast_fp8_is_torch_float8_cast_in_range_and_saturates_outside():
+    x = torch.randn(4096) * 100
+    inside = x.clamp(-448, 448)
+    assert torch.equal(quant.cast_fp8(inside), inside.to(E4M3).to(torch.float32))
+    assert quant.cast_fp8(torch.tensor([1e4, -1e4])).tolist() == [448.0, -448.0]
+    y = torch.randn(4096) * 1e4
+    assert torch.equal(quant.cast_fp8(y.clamp(-57344, 57344), "e5m2"),
+                       y.clamp(-57344, 57344).to(torch.float8_e5m2).to(torch.float32))
+
+
+def test_fp8_per_tensor_is_bit_equal_to_a_scaled_float8_cast():
+    w = torch.randn(96, 64)
+    scale = w.abs().max() / 448
+    assert torch.equal(quant.fp8_per_tensor(w), (w / scale).to(E4M3).to(torch.float32) * scale)
+
+
+def test_fp8_block_has_one_scale_per_128_tile():
+    torch.manual_seed(0)
+    w = torch.randn(200, 300)
+    w[:128, :128] *= 1e5  # one tile with a far larger range than the others
+    q = quant.fp8_block(w)
+    for r0 in range(0, 200, 128):
+        for c0 in range(0, 300, 128):
+            tile, qt = w[r0:r0 + 128, c0:c0 + 128], q[r0:r0 + 128, c0:c0 + 128]
+            scale = tile.abs().max() / 448
+            assert torch.equal(qt, (tile / scale).to(E4M3).to(torch.float32) * scale)
+    # small tiles keep their precision; one per-tensor scale flushes much of them to zero
+    small = w[128:, 128:]
+    assert ((q[128:, 128:] - small).abs() / small.abs()).median() < 0.05
+    assert (quant.fp8_per_tensor(w)[128:, 128:] == 0).float().mean() > 0.1
+
+
+def test_e2m1_rounding_ties_to_even():
+    x = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -0.3, -0.75, 0.2, 2.6])
+    assert quant.round_e2m1(x).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -0.5, -1.0, 0.0, 3.0]
+
+
+def test_nvfp4_values_lie_on_the_e2m1_grid_times_e4m3_block_scales():
+    w = torch.randn(64, 80) * torch.logspace(-2, 1, 80)  # columns of very different magnitude
+    q = quant.nvfp4(w)
+    g = w.abs().max() / (448 * 6)
+    blocks_w, blocks_q = w.reshape(64, 5, 16), q.reshape(64, 5, 16)
+    block_scale = (blocks_w.abs().amax(-1, keepdim=True) / 6 / g).to(E4M3).to(torch.float32) * g
+    codes = blocks_q / block_scale
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    assert torch.isclose(codes.abs().unsqueeze(-1), grid, rtol=1e-5, atol=1e-6).any(-1).all()
+    assert (codes.abs() <= 6 + 1e-5).all()
+    # each value is the nearest grid point to the scaled input
+    assert torch.allclose(codes, quant.round_e2m1(blocks_w / block_scale), atol=1e-5)
+
+
+def test_gaussian_noise_is_fixed_direction_and_relative_to_rms():
+    w = torch.randn(256, 256) * 3
+    a = quant.gaussian_noise(w, 0.1, "layers.0.q_proj.weight", seed=1)
+    b = quant.gaussian_noise(w, 0.1, "layers.0.q_proj.weight", seed=1)
+    c = quant.gaussian_noise(w, 0.1, "layers.1.q_proj.weight", seed=1)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    rel = (a - w).pow(2).mean().sqrt() / w.pow(2).mean().sqrt()
+    assert abs(rel.item() - 0.1) < 0.005
+
+
+def test_engine_weights_skip_layers_kept_bf16_and_non_projection_tensors():
+    state = {"model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64),
+             "model.layers.1.self_attn.q_proj.weight": torch.randn(64, 64),
+             "model.layers.1.input_layernorm.weight": torch.randn(64),
+             "model.embed_tokens.weight": torch.randn(10, 64)}
+    out = quant.engine_weights(state, weights="fp8_tensor", bf16_layers=[0], n_layers=2)
+    assert torch.equal(out["model.layers.0.self_attn.q_proj.weight"], state["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(out["model.layers.1.self_attn.q_proj.weight"], state["model.layers.1.self_attn.q_proj.weight"])
+    assert torch.equal(out["model.layers.1.input_layernorm.weight"], state["model.layers.1.input_layernorm.weight"])
+    assert torch.equal(out["model.embed_tokens.weight"], state["model.embed_tokens.weight"])
+    last = quant.engine_weights(state, weights="nvfp4", bf16_layers=[-1], n_layers=2)
+    assert torch.equal(last["model.layers.1.self_attn.q_proj.weight"], state["model.layers.1.self_attn.q_proj.weight"])

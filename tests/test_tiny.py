@@ -1,0 +1,151 @@
+"""The tiny backend: engine numerics, the Hugging Face export, training that resumes exactly."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from opd import store
+from opd.backends.tiny import model as M
+from opd.backends.tiny.base import train_base
+from opd.backends.tiny.engine import Engine, Numerics, token_logprobs
+from opd.backends.tiny.task import VOCAB, answer_of, decode, make_task, solution
+from opd.backends.tiny.trainer import mismatch, step_generator, train_run
+
+STUDENT = {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64, "sft_lr": 3e-3,
+           "sft_batch": 32, "student_steps": 20, "teacher_steps": 40, "seed": 0}
+TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    out = tmp_path_factory.mktemp("base")
+    train_base(STUDENT, task_seed=0, seed=0, out_dir=out)
+    return out
+
+
+def spec(base, row=None, steps=6, **settings):
+    return {"run_id": "r.s.s0", "experiment": "t", "backend": "tiny", "row": row or {"name": "r"}, "student": "s",
+            "seed": 0, "student_path": str(base / "student.pt"), "teacher_path": str(base / "teacher.pt"),
+            "settings": {"steps": steps, "prompts_per_step": 4, "responses_per_prompt": 4, "eval_every": 3,
+                         "eval_responses": 1, "checkpoint_every": 2, **settings}}
+
+
+def test_task_solutions_verify_and_heldout_is_disjoint():
+    train, held = make_task(0)
+    assert not set(train.operands) & set(held.operands)
+    assert len(held) > 300 and set(held.tiers) == {1, 2, 3, 4}
+    assert answer_of(solution((3, 5, 9))) == 17
+    assert decode(train.solutions([0])[0]) == solution(train.operands[0])
+    assert train.rewards([0, 1], train.solutions([0, 1])).tolist() == [1.0, 1.0]
+    assert train.rewards([0], train.solutions([1])).tolist() == [float(train.answers[0] == train.answers[1])]
+
+
+def test_standard_engine_at_fp32_has_zero_mismatch(base):
+    student = M.load(base / "student.pt")
+    engine = Engine(student.cfg, Numerics(dtype=torch.float32))
+    engine.load(student.state_dict())
+    train, _ = make_task(0)
+    roll = engine.generate(train.prompts(range(32)), step_generator(0, 0))
+    with torch.no_grad():
+        lp, _ = token_logprobs(student, roll)
+    d_n, p90 = mismatch(roll.logprobs, lp, roll.mask)
+    assert abs(d_n) < 1e-6 and p90 < 1e-5
+
+
+def test_bf16_engine_has_small_positive_mismatch_and_noise_more(base):
+    student = M.load(base / "student.pt")
+    train, _ = make_task(0)
+    prompts = train.prompts(np.repeat(np.arange(64), 4))
+    d = {}
+    for name, num in {"bf16": Numerics(), "noise": Numerics(noise_sigma=0.3)}.items():
+        engine = Engine(student.cfg, num)
+        engine.load(student.state_dict())
+        roll = engine.generate(prompts, step_generator(0, 1))
+        with torch.no_grad():
+            lp, _ = token_logprobs(student, roll)
+        d[name] = mismatch(roll.logprobs, lp, roll.mask)[0]
+    assert abs(d["bf16"]) < 5e-3 < d["noise"]
+
+
+def test_fp8_kv_cache_stores_float8_except_layers_kept_bf16(base):
+    from opd.backends.tiny.engine import KVCache
+    cfg = M.load(base / "student.pt").cfg
+    cache = KVCache(cfg, 2, 8, Numerics(kv_cache="fp8_e4m3", bf16_layers=(0,)))
+    assert cache.k[0].dtype == torch.bfloat16 and cache.k[1].dtype == torch.float8_e4m3fn
+    full = KVCache.bytes_per_sequence(cfg, 8, Numerics())
+    half = KVCache.bytes_per_sequence(cfg, 8, Numerics(kv_cache="fp8_e4m3"))
+    assert half * 2 == full
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_hf_export_matches_transformers_logits(tmp_path, family):
+    import transformers  # in the [test] extra
+    from opd.backends.tiny.base import model_config
+    torch.manual_seed(0)
+    model = M.Decoder(model_config({**STUDENT, "family": family}))
+    for p in model.parameters():
+        p.data.normal_(0, 0.3)
+    M.export_hf(model, tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert type(hf).__name__ == {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[family]
+    x = torch.randint(0, len(VOCAB), (3, 30))
+    with torch.no_grad():
+        assert torch.allclose(hf(x).logits, model(x), atol=1e-5)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert tok("3+5=")["input_ids"] == [VOCAB.index(c) for c in "3+5="]
+
+
+def test_same_seed_gives_identical_parquet(base, tmp_path):
+    for d in ("a", "b"):
+        train_run(spec(base, {"name": "r", "staleness": 1}), tmp_path / d)
+    for f in ("steps.parquet", "heldout.parquet"):
+        a, b = (store.read_table(tmp_path / d / f) for d in ("a", "b"))
+        pd.testing.assert_frame_equal(a.drop(columns=TIMING, errors="ignore"), b.drop(columns=TIMING, errors="ignore"))
+    st = store.read_table(tmp_path / "a" / "steps.parquet")
+    assert st["step"].tolist() == list(range(6))
+    assert st["engine_version"].tolist() == [0, 0, 1, 2, 3, 4] and st["staleness"].tolist() == [0, 1, 1, 1, 1, 1]
+    held = store.read_table(tmp_path / "a" / "heldout.parquet")
+    assert sorted(held["step"].unique()) == [0, 3, 6]
+    assert (held["kl"] >= 0).all() and held["correct"].between(0, 1).all()
+
+
+def test_killed_run_resumes_with_no_step_lost_or_repeated(base, tmp_path):
+    s = spec(base, {"name": "r", "staleness": 2}, steps=40, checkpoint_every=4, eval_every=20)
+    (tmp_path / "spec.json").write_text(json.dumps(s))
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "opd.cli", "train", "--spec", str(tmp_path / "spec.json"), "--run-dir", str(run)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (run / "checkpoint.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert (run / "checkpoint.pt").exists() and not (run / "steps.parquet").exists()
+    assert json.loads((run / "run.json").read_text())["status"] == "running"
+    assert not store.is_complete(run)
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert store.is_complete(run) and not (run / "checkpoint.pt").exists()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["attempts"] == 2
+    resumed = store.read_table(run / "steps.parquet")
+    assert resumed["step"].tolist() == list(range(40))
+    train_run(s, tmp_path / "straight")
+    straight = store.read_table(tmp_path / "straight" / "steps.parquet")
+    pd.testing.assert_frame_equal(resumed.drop(columns=TIMING), straight.drop(columns=TIMING))
+
+
+@pytest.mark.parametrize("algorithm,variant", [("reinforce", "none"), ("grpo", "none"), ("reinforce", "score_centering"),
+                                               ("opd", "tis"), ("opd", "advantage_offset")])
+def test_rl_and_update_variants_train(base, tmp_path, algorithm, variant):
+    train_run(spec(base, {"name": "r", "algorithm": algorithm, "variant": variant}, steps=3, eval_every=0), tmp_path)
+    st = store.read_table(tmp_path / "steps.parquet")
+    assert len(st) == 3 and np.isfinite(st["loss"]).all()
+    assert (st["teacher_s"] == 0).all() == (algorithm != "opd")

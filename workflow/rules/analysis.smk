@@ -1,0 +1,26 @@
+# Stage 2: statistics from the Parquet contract alone (whichever backend wrote it).
+
+
+rule analysis:
+    input:
+        steps=[f"{OUT}/runs/{r}/steps.parquet" for r in RUNS],
+        heldout=[f"{OUT}/runs/{r}/heldout.parquet" for r in RUNS],
+        admission=ADMISSION,
+    output:
+        steps=f"{ANALYSIS}/steps.parquet",
+        heldout=f"{ANALYSIS}/heldout.parquet",
+        rows=f"{ANALYSIS}/rows.parquet",
+        verdicts=f"{ANALYSIS}/verdicts.parquet",
+        budget=f"{ANALYSIS}/budget.parquet",
+        admission=f"{ANALYSIS}/admission.parquet",
+        admission_summary=f"{ANALYSIS}/admission_summary.json",
+        rl=f"{ANALYSIS}/rl.parquet",
+    params:
+        rows=[{**C.ROW_DEFAULTS, **r} for r in E["rows"]],
+        baseline=C.baseline_row(config)["name"],
+        tau=E["tau"],
+        taus=E.get("taus", [E["tau"]]),
+        bootstrap=E["bootstrap"],
+        admission=E["admission"],
+    script:
+        "../scripts/analysis.py"

@@ -1,0 +1,57 @@
+# Stage 1b: measurements that need no training: the admission check, the per-layer KV-cache
+# attribution, and the two throughput measurements.
+ADMISSION = [f"{OUT}/admission/{r['name']}.{s}.parquet" for r in opd_engine_rows() for s in row_students(r)]
+KV_RECIPES = sorted({r["kv_cache"] for r in E["rows"] if r.get("kv_cache", "none") != "none"})
+STALENESS = sorted({0} | {r.get("staleness", 0) for r in E["rows"]})
+
+
+def row_named(name):
+    return next(r for r in E["rows"] if r["name"] == name)
+
+
+def offline_inputs(kind, name, student, **fields):
+    base = base_inputs(student)
+    spec = job_spec(student=student, student_path=base.get("student"), teacher_path=base.get("teacher"), **fields)
+    return {**base, "spec": spec_file(kind, name, spec)}
+
+
+rule admission:
+    input:
+        unpack(lambda w: offline_inputs("admission", f"{w.row}.{w.student}", w.student, row=row_named(w.row),
+                                        **{k: v for k, v in E["admission"].items() if k in ("prompts", "responses", "seed")})),
+    output:
+        f"{OUT}/admission/{{row}}.{{student}}.parquet",
+    shell:
+        "python -m opd.cli admission --spec {input.spec} --out {output}"
+
+
+rule kv_attribution:
+    input:
+        unpack(lambda w: offline_inputs("kv_attribution", PRIMARY, PRIMARY, recipes=KV_RECIPES, prompts=64,
+                                        responses=4, seed=E["admission"].get("seed", 0))),
+    output:
+        f"{ANALYSIS}/kv_attribution.parquet",
+    shell:
+        "python -m opd.cli kv-attribution --spec {input.spec} --out {output}"
+
+
+rule throughput:
+    input:
+        unpack(lambda w: offline_inputs("throughput", PRIMARY, PRIMARY, seed=0, ks=STALENESS, settings=E["train"],
+                                        steps=E["infra"]["throughput_steps"])),
+    output:
+        f"{ANALYSIS}/async_throughput.parquet",
+    threads: workflow.cores
+    shell:
+        "python -m opd.cli throughput --spec {input.spec} --out {output}"
+
+
+rule memory_bound:
+    input:
+        unpack(lambda w: offline_inputs("memory_bound", PRIMARY, PRIMARY, batches=E["infra"]["memory_bound_batches"],
+                                        kv_budget_sequences=E["infra"]["kv_budget_sequences"])),
+    output:
+        f"{ANALYSIS}/memory_bound.parquet",
+    threads: workflow.cores
+    shell:
+        "python -m opd.cli memory-bound --spec {input.spec} --out {output}"

@@ -1,0 +1,23 @@
+# Stage 1: one training job per run (row x student x seed), local or on Slurm.
+
+
+def train_inputs(w):
+    r = RUNS[w.run_id]
+    base = base_inputs(r.student)
+    spec = job_spec(run_id=r.run_id, row=r.params(), student=r.student, seed=r.seed,
+                    student_spec=E["students"][r.student], settings=E["train"],
+                    student_path=base.get("student"), teacher_path=base.get("teacher"))
+    return {**base, "spec": spec_file("train", r.run_id, spec)}
+
+
+rule train:
+    input:
+        unpack(train_inputs),
+    output:
+        steps=f"{OUT}/runs/{{run_id}}/steps.parquet",
+        heldout=f"{OUT}/runs/{{run_id}}/heldout.parquet",
+        meta=f"{OUT}/runs/{{run_id}}/run.json",
+    resources:
+        slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
+    shell:
+        "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH:q}"

@@ -1,0 +1,35 @@
+"""Held-out KL(student || teacher) during training for every OPD row of the primary student,
+coloured by its verdict."""
+from opd import report, store
+
+
+def main(inp, out, params):
+    held = store.read_table(inp[0])
+    rows = report.rows_frame(inp[1])
+    v = store.read_table(inp[2])
+    v = v[v["student"] == params.primary].set_index("config")
+    names = rows.loc[(rows["algorithm"] == "opd") & (rows["variant"] == "none"), "name"]
+    curves = held[(held["student"] == params.primary) & held["config"].isin(names)]
+    curves = curves.groupby(["config", "step"])["kl"].mean().reset_index()
+    fig, ax = report.figure(height=2.3)
+    for cfg, c in curves.groupby("config"):
+        if cfg == params.baseline:
+            continue
+        fail = v["verdict"].get(cfg) == "fail"
+        ax.plot(c["step"], c["kl"], "-", lw=0.9 if fail else 0.6, alpha=0.95 if fail else 0.5,
+                color=report.FAIL_COLOR if fail else report.PASS_COLOR)
+        if fail:
+            ax.annotate(cfg, (c["step"].iloc[-1], c["kl"].iloc[-1]), fontsize=5, color=report.FAIL_COLOR,
+                        textcoords="offset points", xytext=(2, 0), va="center")
+    b = curves[curves["config"] == params.baseline]
+    ax.plot(b["step"], b["kl"], "k-", lw=1.4, label=f"{params.baseline} (standard engine)")
+    ax.plot([], [], color=report.PASS_COLOR, label="pass")
+    ax.plot([], [], color=report.FAIL_COLOR, label="fail")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out KL(student‖teacher) per token")
+    ax.legend(frameon=False)
+    report.save_figure(fig, out.pdf, out.png, inp)
+
+
+if "snakemake" in globals():
+    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821

@@ -1,0 +1,32 @@
+"""d_n per training step for every OPD row of the primary student, one panel per mismatch source."""
+from opd import report, store
+
+SMOOTH = 5  # steps in the centred rolling mean drawn over the raw points
+
+
+def main(inp, out, params):
+    st = store.read_table(inp[0])
+    rows = report.rows_frame(inp[1])
+    rows = rows[rows["algorithm"] == "opd"]
+    st = st[(st["student"] == params.primary)].merge(rows[["name", "family", "variant"]], left_on="config",
+                                                     right_on="name")
+    fams = [f for f in ("weights", "kv_cache", "staleness", "noise", "combined") if f in set(st["family"])]
+    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=1.9, ncols=len(fams), sharey=True, squeeze=False)
+    base = st[st["config"] == params.baseline].groupby("step")["d_n"].mean()
+    for ax, fam in zip(axes[0], fams):
+        ax.plot(base.index, base.rolling(SMOOTH, center=True, min_periods=1).mean(), color="black", lw=0.8,
+                label=params.baseline)
+        for cfg, g in st[(st["family"] == fam)].groupby("config"):
+            d = g.groupby("step")["d_n"].mean()
+            line, = ax.plot(d.index, d.rolling(SMOOTH, center=True, min_periods=1).mean(), lw=0.8, label=cfg)
+            ax.scatter(d.index, d, s=0.5, color=line.get_color(), alpha=0.4)
+        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
+        ax.set_title(fam)
+        ax.set_xlabel("step")
+        ax.legend(frameon=False, fontsize=4.5, loc="upper left")
+    axes[0][0].set_ylabel("d_n (nats/token)")
+    report.save_figure(fig, out.pdf, out.png, inp)
+
+
+if "snakemake" in globals():
+    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
