@@ -16,10 +16,6 @@ def _spec(path: str) -> dict:
         return json.load(f)
 
 
-def _json(s: str):
-    return json.loads(s)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m opd.cli", description=__doc__)
     sub = p.add_subparsers(dest="job", required=True)
@@ -27,7 +23,7 @@ def main(argv=None) -> int:
     t = sub.add_parser("train", help="one training run (row x student x seed)")
     t.add_argument("--spec", type=_spec, required=True)
     t.add_argument("--run-dir", type=Path, required=True)
-    t.add_argument("--launcher", type=_json, default={"launcher": "local"})
+    t.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
 
     b = sub.add_parser("base", help="train a student and its teacher (tiny backend)")
     b.add_argument("--spec", type=_spec, required=True)
@@ -52,7 +48,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.job == "train":
         from opd import launch
-        launch.run_train(args.spec, args.run_dir, args.launcher)
+        launch.run_train(args.spec, args.run_dir, args.launcher or {"launcher": "local"})
         return 0
     backend = args.spec.get("backend", "tiny")
     if backend != "tiny":

@@ -120,6 +120,9 @@ def cross_field_errors(cfg: dict) -> list[str]:
                     if n is not None and not -n <= layer < n:
                         errors.append(f"{where}, field 'bf16_layers': layer {layer} out of range for student "
                                       f"{s!r} with {n} layers")
+                if n is not None and len({i % n for i in r.get("bf16_layers", [])}) >= n:
+                    errors.append(f"{where}, field 'bf16_layers': keeps every layer of student {s!r} in BF16, "
+                                  f"so the row quantizes nothing")
             if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         if e["rows"] and baselines:

@@ -16,20 +16,26 @@ def rows(cfg):
     return cfg["experiments"]["toy"]["rows"]
 
 
+def row(cfg, name):
+    """(index, row) of the toy row with this name."""
+    return next((i, r) for i, r in enumerate(rows(cfg)) if r["name"] == name)
+
+
 def test_the_shipped_config_is_valid(toy_config):
     C.validate(toy_config)
 
 
 def test_unknown_key_names_row_and_field(toy_config):
-    rows(toy_config)[2]["nosie_sigma"] = 0.1
+    i, r = row(toy_config, "fp8w-l0")
+    r["nosie_sigma"] = 0.1
     m = err(toy_config)
-    assert "experiment 'toy', row 2 ('fp8w-l0')" in m and "unknown key" in m and "nosie_sigma" in m
+    assert f"experiment 'toy', row {i} ('fp8w-l0')" in m and "unknown key" in m and "nosie_sigma" in m
 
 
 def test_duplicate_row_name(toy_config):
     rows(toy_config)[3]["name"] = rows(toy_config)[1]["name"]
     m = err(toy_config)
-    assert "row 3 ('fp8w')" in m and "duplicate of row 1" in m
+    assert f"row 3 ({rows(toy_config)[1]['name']!r})" in m and "duplicate of row 1" in m
 
 
 def test_no_baseline_and_two_baselines(toy_config):
@@ -42,29 +48,39 @@ def test_no_baseline_and_two_baselines(toy_config):
 
 
 def test_unknown_recipe(toy_config):
-    rows(toy_config)[1]["weights"] = "fp6"
+    i, r = row(toy_config, "fp8w")
+    r["weights"] = "fp6"
     m = err(toy_config)
-    assert "row 1 ('fp8w'), field 'weights'" in m and "fp6" in m
+    assert f"row {i} ('fp8w'), field 'weights'" in m and "fp6" in m
 
 
 @pytest.mark.parametrize("sigma", [-0.1, "big"])
 def test_bad_sigma(toy_config, sigma):
-    rows(toy_config)[16]["noise_sigma"] = sigma
+    i, r = row(toy_config, "noise-15")
+    r["noise_sigma"] = sigma
     m = err(toy_config)
-    assert "field 'noise_sigma'" in m and rows(toy_config)[16]["name"] in m
+    assert f"row {i} ('noise-15'), field 'noise_sigma'" in m
 
 
 def test_negative_staleness(toy_config):
-    rows(toy_config)[12]["staleness"] = -1
-    assert "row 12 ('stale-k2'), field 'staleness'" in err(toy_config)
+    i, r = row(toy_config, "stale-k2")
+    r["staleness"] = -1
+    assert f"row {i} ('stale-k2'), field 'staleness'" in err(toy_config)
 
 
 def test_layer_out_of_range_for_the_student(toy_config):
-    rows(toy_config)[2]["bf16_layers"] = [2]  # qwen-s has 2 layers: 0, 1 (or -1, -2)
+    i, r = row(toy_config, "fp8w-l0")
+    r["bf16_layers"] = [2]  # qwen-s has 2 layers: 0, 1 (or -1, -2)
     m = err(toy_config)
-    assert "row 2 ('fp8w-l0'), field 'bf16_layers'" in m and "layer 2 out of range" in m and "'qwen-s'" in m
-    rows(toy_config)[2]["bf16_layers"] = [-2]
+    assert f"row {i} ('fp8w-l0'), field 'bf16_layers'" in m and "layer 2 out of range" in m and "'qwen-s'" in m
+    r["bf16_layers"] = [-2]
     C.validate(toy_config)
+
+
+def test_keeping_every_layer_bf16_is_an_error(toy_config):
+    i, r = row(toy_config, "fp8w-l0")
+    r["bf16_layers"] = [0, -1]  # both layers of qwen-s
+    assert f"row {i} ('fp8w-l0'), field 'bf16_layers': keeps every layer of student 'qwen-s'" in err(toy_config)
 
 
 @pytest.mark.parametrize("tau", [0, 1, 1.5, -0.2])

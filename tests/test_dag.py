@@ -75,5 +75,5 @@ def test_bad_config_stops_before_any_job(clone):
     r = snakemake(clone, "-n", check=False)
     assert r.returncode != 0
     out = r.stdout + r.stderr
-    assert "experiment 'toy', row 3 ('fp8w-block'), field 'staleness'" in out
+    assert "experiment 'toy', row 3 ('nvfp4'), field 'staleness'" in out
     assert "Job stats" not in out

@@ -7,8 +7,10 @@ PRIMARY = next(iter(E["students"]))
 OUT = f"results/{EXP}"
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"
-# Where training jobs run. Not a param: switching launcher must not rerun finished runs.
-LAUNCH = C.dumps({"launcher": config["launcher"], "slurm": config.get("slurm", {})})
+# Where training jobs run: written to a file that is not an input, so switching launcher or editing
+# the site's Slurm settings never reruns finished runs.
+LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", {
+    "launcher": config["launcher"], "slurm": {**config.get("slurm", {}), **E.get("slurm", {})}})
 
 
 wildcard_constraints:
@@ -30,8 +32,12 @@ def base_inputs(student):
 
 
 def job_spec(**extra):
-    """What every job computes from: the experiment, its backend, the task seed and the job's own fields."""
-    return {"experiment": EXP, "backend": BACKEND, "task_seed": E["train"].get("task_seed", 0), **extra}
+    """What every job computes from: the experiment, its backend, the task seed and the job's own fields
+    (and, for verl, the experiment's verl settings: models, data, layout)."""
+    spec = {"experiment": EXP, "backend": BACKEND, "task_seed": E["train"].get("task_seed", 0), **extra}
+    if BACKEND == "verl":
+        spec.update(verl=E.get("verl", {}), settings=E["train"])
+    return spec
 
 
 def spec_file(kind, name, spec):

@@ -36,6 +36,7 @@ rule kv_attribution:
 
 
 rule throughput:
+    """tiny: measured short runs at each k. verl: read from the staleness runs themselves (rule below)."""
     input:
         unpack(lambda w: offline_inputs("throughput", PRIMARY, PRIMARY, seed=0, ks=STALENESS, settings=E["train"],
                                         steps=E["infra"]["throughput_steps"])),
@@ -55,3 +56,17 @@ rule memory_bound:
     threads: workflow.cores
     shell:
         "python -m opd.cli memory-bound --spec {input.spec} --out {output}"
+
+
+rule throughput_from_runs:
+    """verl: async throughput from the training runs of the staleness rows (k from each row)."""
+    input:
+        [f"{OUT}/runs/{r.run_id}/steps.parquet" for r in RUNS.values() if r.student == PRIMARY
+         and r.resolved["algorithm"] == "opd" and r.resolved["variant"] == "none"
+         and r.resolved["weights"] == r.resolved["kv_cache"] == "none" and not r.resolved["noise_sigma"]],
+    output:
+        f"{ANALYSIS}/async_throughput_runs.parquet",
+    params:
+        staleness={r["name"]: r.get("staleness", 0) for r in E["rows"]},
+    script:
+        "../scripts/throughput_from_runs.py"

@@ -13,17 +13,85 @@ TABLE_PARAMS = {"experiment": EXP, "baseline": C.baseline_row(config)["name"], "
                 "infra": E.get("infra", {}), "students": E["students"], "backend": BACKEND}
 
 
-for _name, _inputs in TABLE_INPUTS.items():
+rule table_runs:
+    input:
+        TABLE_INPUTS["runs"],
+    output:
+        md=f"{FIG}/tables/runs.md",
+        tex=f"{FIG}/tables/runs.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_runs.py"
 
-    rule:
-        name:
-            f"table_{_name}"
-        input:
-            _inputs,
-        output:
-            md=f"{FIG}/tables/{_name}.md",
-            tex=f"{FIG}/tables/{_name}.tex",
-        params:
-            **TABLE_PARAMS,
-        script:
-            f"../scripts/table_{_name}.py"
+
+rule table_budget:
+    input:
+        TABLE_INPUTS["budget"],
+    output:
+        md=f"{FIG}/tables/budget.md",
+        tex=f"{FIG}/tables/budget.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_budget.py"
+
+
+rule table_admission:
+    input:
+        TABLE_INPUTS["admission"],
+    output:
+        md=f"{FIG}/tables/admission.md",
+        tex=f"{FIG}/tables/admission.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_admission.py"
+
+
+rule table_time_to_kl:
+    input:
+        TABLE_INPUTS["time_to_kl"],
+    output:
+        md=f"{FIG}/tables/time_to_kl.md",
+        tex=f"{FIG}/tables/time_to_kl.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_time_to_kl.py"
+
+
+rule table_variants:
+    input:
+        TABLE_INPUTS["variants"],
+    output:
+        md=f"{FIG}/tables/variants.md",
+        tex=f"{FIG}/tables/variants.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_variants.py"
+
+
+rule table_infra:
+    input:
+        TABLE_INPUTS["infra"],
+    output:
+        md=f"{FIG}/tables/infra.md",
+        tex=f"{FIG}/tables/infra.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_infra.py"
+
+
+rule table_rl:
+    input:
+        TABLE_INPUTS["rl"],
+    output:
+        md=f"{FIG}/tables/rl.md",
+        tex=f"{FIG}/tables/rl.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_rl.py"

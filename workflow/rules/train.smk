@@ -20,4 +20,4 @@ rule train:
     resources:
         slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
     shell:
-        "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH:q}"
+        "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"

@@ -4,6 +4,8 @@ The student is the model after `student_steps`; its teacher is the same model tr
 RL-fine-tuned version)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from . import model as M
 from .task import PROMPT_LEN, RESPONSE_LEN, VOCAB, make_task
 
+WARMUP = 20
 ARCH = {"qwen2": dict(qkv_bias=True), "llama": dict(qkv_bias=False)}
 
 
@@ -38,15 +41,20 @@ def train_base(student: dict, task_seed: int, seed: int, out_dir, progress=None)
     train, _ = make_task(task_seed)
     model = M.Decoder(model_config(student))
     opt = torch.optim.AdamW(model.parameters(), lr=student["sft_lr"], weight_decay=0.0)
+    total = student["teacher_steps"]
+    # linear warm-up, then cosine decay to a tenth over the teacher's whole schedule
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / WARMUP) * (
+        0.1 + 0.45 * (1 + math.cos(math.pi * min(i, total) / total))))
     rng = np.random.default_rng([seed, 7])
     losses = {}
-    total = student["teacher_steps"]
     for step in range(1, total + 1):
         idx = rng.integers(0, len(train), size=student["sft_batch"])
         loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sched.step()
         if progress:
             progress(step, total, loss.item())
         if step == student["student_steps"]:

@@ -1,0 +1,25 @@
+"""The verl + vLLM backend: the paper-scale runs on a GPU cluster.
+
+`overrides` (CPU) turns a row into verl's Hydra overrides; `logparse` (CPU) turns verl's JSONL log into
+steps.parquet; `hook` applies the weight numerics vLLM lacks; `data` prepares verl's parquet files;
+`gpu` holds what needs GPUs (training job, held-out evaluation, admission check)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .overrides import entry_point, overrides  # noqa: F401
+
+
+def train_run(spec: dict, run_dir: Path) -> None:
+    from . import gpu
+    gpu.train_run(spec, run_dir)
+
+
+def admission_job(spec: dict, out: Path) -> None:
+    from . import gpu
+    gpu.admission_job(spec, out)
+
+
+def kv_attribution_job(spec: dict, out: Path) -> None:
+    from . import gpu
+    gpu.kv_attribution_job(spec, out)

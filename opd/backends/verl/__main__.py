@@ -1,0 +1,45 @@
+"""python -m opd.backends.verl overrides --experiment paper --json
+python -m opd.backends.verl prepare-data --train DAPO.parquet --heldout aime24=AIME24.jsonl math500=MATH500.jsonl --out data/"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from opd import config as C
+
+from . import data
+from .overrides import entry_point, overrides
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m opd.backends.verl")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("overrides", help="verl's Hydra overrides for every run of an experiment")
+    o.add_argument("--experiment", default="paper")
+    o.add_argument("--config", type=Path, default=C.ROOT / "config.yaml")
+    o.add_argument("--json", action="store_true", help="print {run_id: [override, ...]} as JSON")
+    d = sub.add_parser("prepare-data", help="DAPO-Math-17k and the held-out sets as verl parquet files")
+    d.add_argument("--train", type=Path, required=True)
+    d.add_argument("--heldout", nargs="+", required=True, help="name=path, e.g. aime24=aime24.jsonl")
+    d.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    if a.cmd == "prepare-data":
+        paths = data.prepare(a.train, dict(h.split("=", 1) for h in a.heldout), a.out)
+        print(json.dumps({k: str(v) for k, v in paths.items()}))
+        return 0
+    cfg = C.load(a.config)
+    runs = C.runs(cfg, a.experiment)
+    result = {r.run_id: overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=f"results/{a.experiment}/runs/"
+                                  f"{r.run_id}", experiment=a.experiment) for r in runs}
+    if a.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for r in runs:
+            print(f"# {r.run_id}\npython -m {entry_point(r.row)} " + " ".join(result[r.run_id]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The verl backend's CPU-checkable parts: every paper run's overrides compose against verl's own Hydra
+config (the verl package's config files; verl itself is not importable without its GPU stack), the
+JSONL log parser, the weight-sync hook's numerics and the data preparation."""
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from opd import config as C
+from opd import quant
+from opd.backends.verl import data, hook, logparse
+from opd.backends.verl.__main__ import main as verl_cli
+from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides
+
+VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def verl_compose(ov: list[str], asynchronous: bool):
+    GlobalHydra.instance().clear()
+    d = VERL / ("experimental/fully_async_policy/config" if asynchronous else "trainer/config")
+    extra = [f"hydra.searchpath=[file://{VERL / 'trainer/config'}]"] if asynchronous else []
+    with initialize_config_dir(config_dir=str(d), version_base=None):
+        return compose(config_name="fully_async_ppo_trainer" if asynchronous else "ppo_trainer", overrides=ov + extra)
+
+
+@pytest.fixture(scope="module")
+def paper():
+    cfg = C.load()
+    out = {}
+    for r in C.runs(cfg, "paper"):
+        out[r.run_id] = (r, overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=f"runs/{r.run_id}"))
+    return out
+
+
+def test_every_paper_run_composes_against_verls_config(paper):
+    assert len(paper) >= 17 + 3 + 2
+    for run_id, (r, ov) in paper.items():
+        cfg = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
+        rollout = cfg.actor_rollout_ref.rollout
+        assert rollout.n == 8 and rollout.temperature == 1.0 and cfg.data.max_response_length == 16384
+        assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.trainer.total_training_steps == 200
+        assert cfg.algorithm.rollout_correction.bypass_mode is False  # decoupled: rollout_corr/kl is d_n
+        if r.resolved["algorithm"] == "opd":
+            loss = cfg.distillation.distillation_loss
+            assert cfg.distillation.enabled and loss.loss_mode == "k1" and loss.use_policy_gradient
+            assert not loss.use_task_rewards
+        else:
+            assert not cfg.distillation.enabled
+        vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
+        if r.resolved["kv_cache"] != "none":
+            assert vllm["kv_cache_dtype"] == r.resolved["kv_cache"]
+        if r.resolved["weights"] != "none" or r.resolved["noise_sigma"]:
+            assert vllm["worker_extension_cls"] == "opd.backends.verl.hook.WeightNumerics"
+            assert vllm["additional_config"]["opd_numerics"]["weights"] == r.resolved["weights"]
+
+
+def test_kv_skip_layers_and_staleness_mapping(paper):
+    r, ov = paper["kv-fp8-l0.r1-7b.s0"]
+    cfg = verl_compose(ov, False)
+    assert list(cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_dtype_skip_layers) == ["0"]
+    r, ov = paper["stale-k4.r1-7b.s1"]
+    cfg = verl_compose(ov, True)
+    assert cfg.async_training.trigger_parameter_sync_step == 4 and cfg.async_training.staleness_threshold == 0
+    assert cfg.data.seed == 1
+
+
+def test_an_unknown_key_fails_to_compose(paper):
+    r, ov = paper["bf16.r1-7b.s0"]
+    with pytest.raises(Exception, match="not_a_key"):
+        verl_compose(ov + ["actor_rollout_ref.rollout.not_a_key=1"], False)
+
+
+def test_cli_prints_every_run(capsys):
+    assert verl_cli(["overrides", "--experiment", "paper", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {r.run_id for r in C.runs(C.load(), "paper")}
+
+
+def test_jsonl_parser_on_a_verl_log(tmp_path):
+    """The fixture's keys are verl 0.9's logger output (trainer.logger=file): a synchronous step, a
+    validation line, and a step logged again after a resume."""
+    df = logparse.parse(FIXTURES / "verl_0.9_file_logger.jsonl", run_id="r", config="c", student="s", seed=0,
+                        responses_per_step=64)
+    assert df["step"].tolist() == [1, 2, 3]
+    assert df.loc[0, "d_n"] == pytest.approx(0.00081) and df.loc[2, "d_n"] == pytest.approx(0.00079)
+    assert df.loc[0, "n_tokens"] == round(5012.5 * 64)
+    assert df.loc[0, "wait_s"] == df.loc[0, "rollout_s"] == pytest.approx(812.4)
+    assert df.loc[1, "staleness"] == 0
+    logparse.write_steps(FIXTURES / "verl_0.9_file_logger.jsonl", tmp_path / "steps.parquet", run_id="r", config="c",
+                         student="s", seed=0, responses_per_step=64)
+    from opd import store
+    assert len(store.read_table(tmp_path / "steps.parquet")) == 3
+
+
+def tiny_hf_weights():
+    from opd.backends.tiny.base import model_config
+    from opd.backends.tiny.model import Decoder
+    torch.manual_seed(0)
+    m = Decoder(model_config({"family": "qwen2", "layers": 3, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64}))
+    return m
+
+
+def test_hook_applies_the_recipes_to_synced_weights():
+    m = tiny_hf_weights()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    numerics = {"weights": "fp8_tensor", "bf16_layers": [0], "noise_sigma": 0.0, "noise_seed": 0}
+    out = dict(hook.transform_weights(before.items(), numerics, n_layers=3))
+    name1, name0 = "model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(out[name1], quant.fp8_per_tensor(before[name1]))
+    assert torch.equal(out[name0], before[name0])
+    # the worker extension on a loaded model (a stand-in for vLLM's worker: only model_runner.model is used)
+    worker = hook.WeightNumerics()
+    worker.model_runner = SimpleNamespace(model=m)
+    worker.vllm_config = SimpleNamespace(additional_config={"opd_numerics": {"weights": "nvfp4", "bf16_layers": [-1],
+                                                                              "noise_sigma": 0.1, "noise_seed": 3}})
+    changed = worker.apply_opd_numerics()
+    assert changed == len(before)  # noise touches every tensor
+    expect = quant.engine_weights(before, weights="nvfp4", noise_sigma=0.1, noise_seed=3, bf16_layers=[-1], n_layers=3)
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, expect[k]), k
+
+
+def test_data_preparation(tmp_path):
+    train = tmp_path / "dapo.parquet"
+    pd.DataFrame({"prompt": [[{"role": "user", "content": "What is 1+1?"}], [{"role": "user", "content": "2+2?"}]],
+                  "reward_model": [{"ground_truth": "2"}, {"ground_truth": "4"}]}).to_parquet(train)
+    aime = tmp_path / "aime24.jsonl"
+    aime.write_text('{"problem": "Find x.", "answer": 7}\n{"problem": "Find y.", "answer": "11"}\n')
+    paths = data.prepare(train, {"aime24": aime}, tmp_path / "out")
+    t, h = pd.read_parquet(paths["train"]), pd.read_parquet(paths["heldout"])
+    assert len(t) == 2 and t["prompt"][0][0]["content"].startswith("What is 1+1?")
+    assert t["reward_model"][1]["ground_truth"] == "4" and (t["opd_teacher_key"] == "math").all()
+    assert h["reward_model"][0]["ground_truth"] == "7" and h["extra_info"][1]["prompt_id"] == 1
+    with pytest.raises(ValueError, match="no prompt column"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"text": "x", "answer": 1}\n')
+        data.to_verl(bad, "x", "test")
