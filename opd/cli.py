@@ -23,7 +23,6 @@ def main(argv=None) -> int:
     t = sub.add_parser("train", help="one training run (row x student x seed)")
     t.add_argument("--spec", type=_spec, required=True)
     t.add_argument("--run-dir", type=Path, required=True)
-    t.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
 
     b = sub.add_parser("base", help="train a student and its teacher (tiny backend)")
     b.add_argument("--spec", type=_spec, required=True)
@@ -45,19 +44,25 @@ def main(argv=None) -> int:
     mb.add_argument("--spec", type=_spec, required=True)
     mb.add_argument("--out", type=Path, required=True)
 
+    for sp in (t, b, a, k, th, mb):
+        sp.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
     args = p.parse_args(argv)
+    launcher = args.launcher or {"launcher": "local"}
     if args.job == "train":
         from opd import launch
-        launch.run_train(args.spec, args.run_dir, args.launcher or {"launcher": "local"})
+        launch.run_train(args.spec, args.run_dir, launcher)
         return 0
     backend = args.spec.get("backend", "tiny")
     if backend != "tiny":
         from opd.backends import verl as impl
     else:
         from opd.backends.tiny import offline as impl
-    fn = {"base": impl.base_job, "admission": impl.admission_job, "kv-attribution": impl.kv_attribution_job,
-          "throughput": impl.throughput_job, "memory-bound": impl.memory_bound_job}[args.job]
-    fn(args.spec, args.out)
+    name = args.job.replace("-", "_") + "_job"
+    fn = getattr(impl, name, None)
+    if fn is None:
+        p.error(f"the {backend} backend has no {args.job} job")
+    from opd import launch
+    launch.run_job(fn, args.spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
     return 0
 
 

@@ -38,6 +38,15 @@ def run_train(spec: dict, run_dir, launcher: dict) -> dict:
                            name=spec["run_id"])
 
 
+def run_job(fn, spec: dict, out: Path, launcher: dict):
+    """Any other job (admission check, attribution, measurements): here, or as one Slurm job whose
+    logs land in `<out's folder>/slurm/`."""
+    if launcher["launcher"] == "local":
+        return fn(spec, out)
+    out = Path(out)
+    return submit_and_wait(fn, (spec, out), out.parent, launcher.get("slurm", {}), name=out.stem)
+
+
 def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     params = {"name": name, "timeout_min": slurm.get("time_min", 60), "nodes": slurm.get("nodes", 1),
@@ -72,7 +81,7 @@ ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEU
 def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
     if shutil.which("sbatch") is None:
         raise JobFailed("launcher: slurm needs sbatch on PATH (run on a Slurm login node)")
-    folder = run_dir / "slurm"
+    folder = Path(run_dir) / "slurm"
     job = executor(folder, slurm, name).submit(fn, *args)
     print(f"{name}: submitted Slurm job {job.job_id}; logs in {folder}", flush=True)
     poll, dead_after = slurm.get("poll_s", 5), slurm.get("dead_after_s", 120)

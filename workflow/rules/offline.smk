@@ -6,7 +6,9 @@ STALENESS = sorted({0} | {r.get("staleness", 0) for r in E["rows"]})
 
 
 def row_named(name):
-    return next(r for r in E["rows"] if r["name"] == name)
+    """A row's computed fields (not where or how often it runs), as its jobs' specs hold them."""
+    row = next(r for r in E["rows"] if r["name"] == name)
+    return {k: v for k, v in row.items() if k not in C.PLACEMENT_FIELDS}
 
 
 def offline_inputs(kind, name, student, **fields):
@@ -22,7 +24,7 @@ rule admission:
     output:
         f"{OUT}/admission/{{row}}.{{student}}.parquet",
     shell:
-        "python -m opd.cli admission --spec {input.spec} --out {output}"
+        "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule kv_attribution:
@@ -32,7 +34,7 @@ rule kv_attribution:
     output:
         f"{ANALYSIS}/kv_attribution.parquet",
     shell:
-        "python -m opd.cli kv-attribution --spec {input.spec} --out {output}"
+        "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule throughput:
@@ -44,7 +46,7 @@ rule throughput:
         f"{ANALYSIS}/async_throughput.parquet",
     threads: workflow.cores
     shell:
-        "python -m opd.cli throughput --spec {input.spec} --out {output}"
+        "python -m opd.cli throughput --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule memory_bound:
@@ -55,7 +57,7 @@ rule memory_bound:
         f"{ANALYSIS}/memory_bound.parquet",
     threads: workflow.cores
     shell:
-        "python -m opd.cli memory-bound --spec {input.spec} --out {output}"
+        "python -m opd.cli memory-bound --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule throughput_from_runs:

@@ -23,8 +23,10 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
     out = []
     for r in rows[rows["algorithm"] != "opd"].to_dict("records"):
         for student in sorted(heldout.loc[heldout["config"] == r["name"], "student"].unique()):
-            ref = rows[(rows["algorithm"] == r["algorithm"]) & (rows["variant"] == "none") & (rows["key"] == standard)]
-            opd = rows[(rows["algorithm"] == "opd") & (rows["variant"] == "none") & (rows["key"] == r["key"])]
+            has_student = rows["name"].isin(heldout.loc[heldout["student"] == student, "config"])
+            ref = rows[has_student & (rows["algorithm"] == r["algorithm"]) & (rows["variant"] == "none")
+                       & (rows["key"] == standard)]
+            opd = rows[has_student & (rows["algorithm"] == "opd") & (rows["variant"] == "none") & (rows["key"] == r["key"])]
             ref_name = ref["name"].iloc[0] if len(ref) else None
             opd_name = opd["name"].iloc[0] if len(opd) else None
             v = verdicts.set_index(["student", "config"])

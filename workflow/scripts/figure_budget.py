@@ -4,6 +4,8 @@ import pandas as pd
 
 from opd import report, store
 
+D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
+
 
 def main(inp, out, params):
     v = store.read_table(inp[0])
@@ -28,14 +30,15 @@ def main(inp, out, params):
                 gg = g[g["verdict"] == verdict]
                 if not len(gg):
                     continue
-                ax.errorbar(gg["D"], 100 * gg["delta"],
+                ax.errorbar(gg["D"].clip(lower=D_FLOOR), 100 * gg["delta"],
                             yerr=[100 * (gg["delta"] - gg["ci_lo"]), 100 * (gg["ci_hi"] - gg["delta"])],
                             fmt=marker, color=report.FAMILY_COLORS[fam], ms=4 if marker == "X" else 3.5,
                             elinewidth=0.6, capsize=1.2, label=f"{fam} ({verdict})")
-        ax.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
-        ax.set_xlabel("run mismatch D (nats/token)")
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=100, linscale=1.5)  # linear up to +-100%, logarithmic beyond
+        ax.set_xlabel("run mismatch D (nats/token, log)")
         ax.set_title(f"student {student}")
-    axes[0][0].set_ylabel("Δ held-out KL vs standard engine (%)")
+    axes[0][0].set_ylabel("Δ held-out KL vs standard engine (%, symlog)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     keep = dict(zip(labels, handles))
     axes[0][0].legend(keep.values(), keep.keys(), loc="upper left", frameon=False, ncol=1)

@@ -12,7 +12,7 @@ def main(inp, out, params):
     curves = held.groupby(["student", "config", "step"])[["kl", "correct"]].mean().reset_index()
     curves = curves[curves["student"] == params.primary]
     algos = sorted(rl["algorithm"].unique())
-    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.2, ncols=len(algos) + 1, squeeze=False)
+    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=len(algos) + 1, squeeze=False)
     axes = axes[0]
     plain = rl[rl["variant"] == "none"]
     engines = list(dict.fromkeys(plain.sort_values("D")["opd_config"].fillna("")))
@@ -26,7 +26,7 @@ def main(inp, out, params):
         ax.set_title(f"{algo}: held-out accuracy")
         ax.set_xlabel("step")
         ax.set_ylabel("accuracy (%)")
-        ax.legend(frameon=False, fontsize=4.8)
+        ax.legend(frameon=False, fontsize=4.8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax = axes[-1]
     for eng in engines:
         c = curves[curves["config"] == eng]
@@ -35,7 +35,7 @@ def main(inp, out, params):
     ax.set_title("OPD under the same engines: held-out KL")
     ax.set_xlabel("step")
     ax.set_ylabel("KL(student‖teacher) per token")
-    ax.legend(frameon=False, fontsize=4.8)
+    ax.legend(frameon=False, fontsize=4.8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     report.save_figure(fig, out.pdf, out.png, inp)
 
 
