@@ -48,10 +48,10 @@ def run_job(fn, spec: dict, out: Path, launcher: dict):
 
 
 def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
-    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=slurm.get("max_requeues", 3))
     params = {"name": name, "timeout_min": slurm.get("time_min", 60), "nodes": slurm.get("nodes", 1),
               "cpus_per_task": slurm.get("cpus_per_task", 1), "mem_gb": slurm.get("mem_gb", 4),
-              "slurm_setup": slurm.get("setup", []), "slurm_max_num_timeout": slurm.get("max_requeues", 3)}
+              "slurm_setup": slurm.get("setup", [])}
     if slurm.get("gpus_per_node"):
         params["gpus_per_node"] = slurm["gpus_per_node"]
     for key in ("partition", "account", "qos"):

@@ -154,6 +154,7 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
     out_dir = Path(out_dir)
     row, seed = spec["row"], spec["seed"]
     s = Settings(**spec["settings"])
+    torch.set_num_threads(int(spec.get("threads", 1)))  # one core per job; Snakemake runs jobs side by side
     algorithm, variant, k = row.get("algorithm", "opd"), row.get("variant", "none"), int(row.get("staleness", 0))
     torch.manual_seed(seed)
     train, heldout = make_task(s.task_seed)
