@@ -56,6 +56,14 @@ def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None
     atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
+def _same_type(have: pa.DataType | None, want: pa.DataType) -> bool:
+    """Equal types; any of Arrow's string encodings counts as a string."""
+    if have is None:
+        return False
+    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    return have == want or (any(f(have) for f in strings) and any(f(want) for f in strings))
+
+
 def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
     """Read Parquet; with a schema (or for a known file name), check every column and dtype."""
     path = Path(path)
@@ -64,7 +72,7 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
     if schema is not None:
         have = {f.name: f.type for f in table.schema}
         problems = [f"{f.name} missing" if f.name not in have else f"{f.name} is {have[f.name]}, expected {f.type}"
-                    for f in schema if have.get(f.name) != f.type]
+                    for f in schema if not _same_type(have.get(f.name), f.type)]
         if problems:
             raise SchemaError(f"{path}: " + "; ".join(problems))
     return table.to_pandas()

@@ -139,3 +139,19 @@ def test_table_renders_markdown_and_latex(analysis, tmp_path, name):
     md, tex = Path(out.md).read_text(), Path(out.tex).read_text()
     assert md.startswith("**") and "|" in md
     assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
+
+
+def test_verl_async_throughput_comes_from_the_staleness_runs(analysis, tmp_path):
+    steps = store.read_table(analysis / "steps.parquet")
+    paths = []
+    for cfg in ("bf16", "k2"):
+        p = tmp_path / f"{cfg}.parquet"
+        store.write_table(steps[steps["config"] == cfg], p, store.STEPS)
+        paths.append(str(p))
+    out = tmp_path / "async.parquet"
+    load("throughput_from_runs").main(Files(paths), Files([str(out)]), SimpleNamespace(staleness={"bf16": 0, "k2": 2}))
+    df = store.read_table(out)
+    assert df.groupby("config")["k"].first().to_dict() == {"bf16": 0, "k2": 2}
+    fig = Files(pdf=str(tmp_path / "a.pdf"), png=str(tmp_path / "a.png"))
+    load("figure_async_throughput").main(Files([str(out)]), fig, SimpleNamespace())
+    assert Path(fig.png).exists()

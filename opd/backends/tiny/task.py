@@ -116,4 +116,6 @@ def save_hf_tokenizer(path: Path) -> None:
     tok.save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "unk_token": PAD, "model_max_length": PROMPT_LEN + RESPONSE_LEN}, indent=1))
+        "pad_token": PAD, "unk_token": PAD, "model_max_length": PROMPT_LEN + RESPONSE_LEN,
+        # chat messages are the bare problem after <bos>, so chat-based tools (verl, vLLM) build our prompts
+        "chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"}, indent=1))

@@ -1,6 +1,6 @@
 """The GPU side of the verl backend: the multi-node training job (Ray + verl), the held-out evaluation
 and the offline admission check with vLLM. Needs the `cluster` extra (verl, vLLM) and GPUs; nothing here
-runs on a laptop. benchmarks/verl_smoke.py runs two OPD steps of a small model end to end."""
+runs on a laptop. benchmarks/verl_smoke.py runs two OPD steps of the toy model end to end on GPUs."""
 from __future__ import annotations
 
 import os

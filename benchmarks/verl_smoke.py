@@ -1,0 +1,78 @@
+"""GPU smoke test of the verl backend: two OPD steps end to end with no downloads.
+
+The toy experiment's student and teacher (results/toy/base/qwen-s) are exported as Hugging Face Qwen2
+checkpoints, the synthetic addition task is written as verl parquet, and verl's trainer runs two steps
+with the overrides opd.backends.verl.overrides builds for a row (default: the FP8 KV-cache row, so the
+vLLM engine settings and the weight-sync hook are exercised). It then parses verl's JSONL log into
+steps.parquet and prints d_n per step. Needs the `cluster` extra (verl, vLLM) and GPUs.
+
+Run:  python benchmarks/verl_smoke.py --out /tmp/opd-smoke [--gpus 2] [--row '{"name": "nvfp4", "weights": "nvfp4"}']
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from opd import store
+from opd.backends.tiny import model as M
+from opd.backends.tiny.task import make_task, solution
+from opd.backends.verl import logparse
+from opd.backends.verl.data import INSTRUCTION
+from opd.backends.verl.overrides import entry_point, overrides
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_task(out: Path, n_train: int = 512, n_held: int = 64) -> dict:
+    train, held = make_task(0)
+
+    def frame(problems, count, split):
+        ops = problems.operands[:count]
+        return pd.DataFrame({
+            "data_source": "opd-toy", "ability": "math", "opd_teacher_key": "math",
+            "prompt": [[{"role": "user", "content": "+".join(map(str, o)) + "="}] for o in ops],
+            "reward_model": [{"style": "rule", "ground_truth": str(sum(o))} for o in ops],
+            "extra_info": [{"index": i, "split": split, "solution": solution(o)} for i, o in enumerate(ops)]})
+    paths = {"train": out / "train.parquet", "heldout": out / "heldout.parquet"}
+    store.write_table(frame(train, n_train, "train"), paths["train"])
+    store.write_table(frame(held, n_held, "test"), paths["heldout"])
+    return paths
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--gpus", type=int, default=2, help="GPUs on this node: half for the teacher, half for training")
+    p.add_argument("--row", type=json.loads, default={"name": "kv-e4m3", "kv_cache": "fp8_e4m3"})
+    a = p.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    base = ROOT / "results" / "toy" / "base" / "qwen-s"
+    for which in ("student", "teacher"):
+        M.export_hf(M.load(base / f"{which}.pt"), a.out / which)
+    data = write_task(a.out)
+    half = max(1, a.gpus // 2)
+    cfg = {"experiments": {"smoke": {
+        "students": {"toy": {"model": str(a.out / "student"), "teacher": str(a.out / "teacher"), "layers": 2}},
+        "train": {"steps": 2, "prompts_per_step": 8, "responses_per_prompt": 8, "lr": 1e-5, "temperature": 1.0,
+                  "max_prompt_length": 16, "max_response_length": 48, "eval_every": 0, "checkpoint_every": 0},
+        "verl": {"data": {"train": str(data["train"]), "heldout": [str(data["heldout"])]},
+                 "layout": {"nodes": 2, "teacher_nodes": 1, "gpus_per_node": half, "rollout_replicas": 1}}}}}
+    args = overrides(a.row, cfg, student="toy", seed=0, run_dir=str(a.out), experiment="smoke")
+    args += ["trainer.nnodes=1", "distillation.nnodes=1", "trainer.val_before_train=False",
+             "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.trust_remote_code=False"]
+    log = a.out / "verl.jsonl"
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
+    print("python -m", entry_point(a.row), " ".join(args), flush=True)
+    subprocess.run([sys.executable, "-m", entry_point(a.row), *args], check=True, env=env, cwd=a.out)
+    steps = logparse.write_steps(log, a.out / "steps.parquet", run_id="smoke", config=a.row["name"], student="toy",
+                                 seed=0, responses_per_step=64)
+    print(steps[["step", "d_n", "step_s", "rollout_s", "train_s", "loss"]].to_string(index=False))
+    assert len(steps) == 2 and steps["d_n"].notna().all(), "expected two steps with d_n"
+
+
+if __name__ == "__main__":
+    main()
