@@ -41,7 +41,7 @@ def save_figure(fig, pdf, png, inputs) -> None:
     """PDF and PNG written atomically, both carrying the sha256 of every input."""
     hashes = input_hashes(inputs)
     subject = json.dumps(hashes, sort_keys=True)
-    for path, meta in ((Path(pdf), {"Subject": subject, "Creator": "opd-budget"}),
+    for path, meta in ((Path(pdf), {"Subject": subject, "Creator": "opd-budget", "CreationDate": None}),
                        (Path(png), {"Description": subject, "Software": "opd-budget"})):
         store.atomic_write(path, lambda tmp, p=path, m=meta: fig.savefig(tmp, format=p.suffix[1:], metadata=m))
     _sidecar(Path(png), inputs)
