@@ -100,32 +100,61 @@ def test_jsonl_parser_on_a_verl_log(tmp_path):
     assert len(store.read_table(tmp_path / "steps.parquet")) == 3
 
 
-def tiny_hf_weights():
+def tiny_model(layers=3):
     from opd.backends.tiny.base import model_config
     from opd.backends.tiny.model import Decoder
     torch.manual_seed(0)
-    m = Decoder(model_config({"family": "qwen2", "layers": 3, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64}))
-    return m
+    return Decoder(model_config({"family": "qwen2", "layers": layers, "heads": 2, "kv_heads": 1, "head_dim": 32,
+                                 "d_ff": 64}))
 
 
-def test_hook_applies_the_recipes_to_synced_weights():
-    m = tiny_hf_weights()
-    before = {k: v.clone() for k, v in m.state_dict().items()}
+class LoadRecorder:
+    """Stands in for verl's extension / vLLM's worker (neither can run in CI): records what would load."""
+
+    def _update_weights(self, weights, *args, **kwargs):
+        self.loaded = dict(weights)
+
+
+class Worker(hook.WeightNumerics, LoadRecorder):
+    pass
+
+
+def test_hook_transforms_every_synced_bucket_before_vllm_loads_it(tmp_path):
+    before = {k: v.clone() for k, v in tiny_model().state_dict().items()}
     numerics = {"weights": "fp8_tensor", "bf16_layers": [0], "noise_sigma": 0.0, "noise_seed": 0}
     out = dict(hook.transform_weights(before.items(), numerics, n_layers=3))
     name1, name0 = "model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"
     assert torch.equal(out[name1], quant.fp8_per_tensor(before[name1]))
     assert torch.equal(out[name0], before[name0])
-    # the worker extension on a loaded model (a stand-in for vLLM's worker: only model_runner.model is used)
-    worker = hook.WeightNumerics()
-    worker.model_runner = SimpleNamespace(model=m)
-    worker.vllm_config = SimpleNamespace(additional_config={"opd_numerics": {"weights": "nvfp4", "bf16_layers": [-1],
-                                                                              "noise_sigma": 0.1, "noise_seed": 3}})
-    changed = worker.apply_opd_numerics()
-    assert changed == len(before)  # noise touches every tensor
+
+    w = Worker()
+    w.vllm_config = SimpleNamespace(
+        additional_config={"opd_numerics": {"weights": "nvfp4", "bf16_layers": [-1], "noise_sigma": 0.1,
+                                            "noise_seed": 3}},
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(num_hidden_layers=3)))
+    w._update_weights(list(before.items()))
     expect = quant.engine_weights(before, weights="nvfp4", noise_sigma=0.1, noise_seed=3, bf16_layers=[-1], n_layers=3)
-    for k, v in m.state_dict().items():
-        assert torch.equal(v, expect[k]), k
+    assert w.loaded.keys() == before.keys()
+    for k in before:
+        assert torch.equal(w.loaded[k], expect[k]), k
+
+
+def test_standalone_engine_reloads_its_checkpoint_with_the_numerics(tmp_path):
+    from opd.backends.tiny.model import export_hf
+    m = tiny_model(layers=2)
+    export_hf(m, tmp_path)
+    calls = {}
+    w = hook.WeightNumerics()
+    w.vllm_config = SimpleNamespace(additional_config={}, model_config=SimpleNamespace(
+        model=str(tmp_path), hf_config=SimpleNamespace(num_hidden_layers=2)))
+    w.model_runner = SimpleNamespace(reload_weights=lambda weights_iterator, is_checkpoint_format: calls.update(
+        weights=dict(weights_iterator), checkpoint=is_checkpoint_format))
+    w.apply_opd_numerics({"weights": "fp8_tensor", "bf16_layers": [], "noise_sigma": 0.0, "noise_seed": 0})
+    assert calls["checkpoint"] is True
+    name = "model.layers.1.mlp.up_proj.weight"
+    assert torch.equal(calls["weights"][name], quant.fp8_per_tensor(m.state_dict()[name]))
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
+        list(hook.checkpoint_weights(tmp_path / "missing"))
 
 
 def test_data_preparation(tmp_path):

@@ -13,6 +13,8 @@ def row_named(name):
 
 def offline_inputs(kind, name, student, **fields):
     base = base_inputs(student)
+    if BACKEND == "verl":  # the models come from the student's spec, not from a base-model checkpoint
+        fields["student_spec"] = E["students"][student]
     spec = job_spec(student=student, student_path=base.get("student"), teacher_path=base.get("teacher"), **fields)
     return {**base, "spec": spec_file(kind, name, spec)}
 

@@ -3,6 +3,7 @@ and the offline admission check with vLLM. Needs the `cluster` extra (verl, vLLM
 runs on a laptop. benchmarks/verl_smoke.py runs two OPD steps of the toy model end to end on GPUs."""
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -19,6 +20,17 @@ from . import logparse
 from .overrides import entry_point, overrides, weight_numerics
 
 RAY_PORT = 6379
+
+
+def experiment_config(spec: dict) -> dict:
+    """The part of config.yaml a job's spec carries, in config.yaml's shape (for `overrides`)."""
+    return {"experiments": {spec["experiment"]: {"students": {spec["student"]: spec["student_spec"]},
+                                                 "train": spec["settings"], "verl": spec["verl"]}}}
+
+
+def _read_parquets(paths) -> pd.DataFrame:
+    paths = [paths] if isinstance(paths, (str, Path)) else paths
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
 
 
 def _rank() -> tuple[int, int, str]:
@@ -54,9 +66,9 @@ def train_run(spec: dict, run_dir: Path) -> None:
         _start_ray(rank, nodes, head)
         if rank != 0:
             return
-    cfg = spec["config"]
     row, student, seed = spec["row"], spec["student"], spec["seed"]
-    args = overrides(row, cfg, student=student, seed=seed, run_dir=str(run_dir), experiment=spec["experiment"])
+    args = overrides(row, experiment_config(spec), student=student, seed=seed, run_dir=str(run_dir),
+                     experiment=spec["experiment"])
     log = run_dir / "verl.jsonl"
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
     if nodes > 1:
@@ -88,9 +100,8 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    e = spec["config"]["experiments"][spec["experiment"]]
-    s, t = e["students"][spec["student"]], spec["settings"]
-    held = pd.read_parquet(e["verl"]["data"]["heldout_prepared"])
+    s, t = spec["student_spec"], spec["settings"]
+    held = _read_parquets(spec["verl"]["data"]["heldout"])
     steps = sorted({0, *range(t["eval_every"], t["steps"], t["eval_every"]), t["steps"]})
     teacher = AutoModelForCausalLM.from_pretrained(s["teacher"], dtype=torch.bfloat16, device_map="cuda").eval()
     frames = []
@@ -144,9 +155,8 @@ def offline_mismatch(spec: dict) -> float:
     the standard BF16 engine rescores the same tokens with the same student weights."""
     from vllm import LLM, SamplingParams
 
-    e = spec["config"]["experiments"][spec["experiment"]]
-    s, row = e["students"][spec["student"]], spec["row"]
-    held = pd.read_parquet(e["verl"]["data"]["train_prepared"]).sample(n=spec["prompts"], random_state=spec["seed"])
+    s, row = spec["student_spec"], spec["row"]
+    held = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
     kw = {}
     if row.get("kv_cache", "none") != "none":
         kw["kv_cache_dtype"] = row["kv_cache"]
@@ -155,16 +165,18 @@ def offline_mismatch(spec: dict) -> float:
         if keep:
             kw["kv_cache_dtype_skip_layers"] = [str(i) for i in sorted(keep)]
     numerics = weight_numerics(row, spec["seed"])
-    cand = LLM(s["model"], dtype="bfloat16", seed=spec["seed"], worker_extension_cls="opd.backends.verl.hook.WeightNumerics", **kw)
+    engine = {"dtype": "bfloat16", "seed": spec["seed"], **spec.get("vllm", {})}  # e.g. gpu_memory_utilization
+    cand = LLM(s["model"], worker_extension_cls="opd.backends.verl.hook.WeightNumerics", **engine, **kw)
     if numerics:
         cand.collective_rpc("apply_opd_numerics", args=(numerics,))
     tok = cand.get_tokenizer()
     prompts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
     outs = cand.generate(prompts, SamplingParams(n=spec["responses"], temperature=1.0, logprobs=0,
-                                                 max_tokens=e["train"]["max_response_length"]))
+                                                 max_tokens=spec["settings"]["max_response_length"]))
     seqs = [(list(o.prompt_token_ids), c) for o in outs for c in o.outputs]
     del cand
-    ref = LLM(s["model"], dtype="bfloat16", seed=spec["seed"])
+    gc.collect()  # release the candidate engine's cache before the reference engine reserves its own
+    ref = LLM(s["model"], **engine)
     from vllm.inputs import TokensPrompt
     rescored = ref.generate([TokensPrompt(prompt_token_ids=p + list(c.token_ids)) for p, c in seqs],
                             SamplingParams(max_tokens=1, prompt_logprobs=0))
@@ -184,8 +196,7 @@ def admission_job(spec: dict, out: Path) -> None:
 
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one."""
-    e = spec["config"]["experiments"][spec["experiment"]]
-    n = e["students"][spec["student"]]["layers"]
+    n = spec["student_spec"]["layers"]
     rows = []
     for recipe in spec["recipes"]:
         cases = [("all", -1, [])] + [("only", i, [j for j in range(n) if j != i]) for i in range(n)] + \

@@ -1,31 +1,27 @@
 """The weight-sync hook: the rollout engine's weight numerics that vLLM lacks, applied to the weights
-it holds after every sync, through a vLLM worker extension (no change to vLLM's source).
+vLLM loads, through a vLLM worker extension (no change to vLLM's or verl's source).
 
 verl passes `worker_extension_cls=opd.backends.verl.hook.WeightNumerics` (engine_kwargs override verl's
 own extension class, which WeightNumerics extends) and the row's numerics in
-`additional_config={"opd_numerics": {...}}` (see overrides.py). Every weight sync from the trainer
-(`update_weights_from_ipc`) is followed by the numerics, so the engine never samples with clean weights. The numbers are opd.quant's, the same functions the
-tiny backend's engine uses: per-tensor FP8 (Model Optimizer style) or NVFP4 on the projection weights of
-decoder layers not kept BF16, and fixed-direction Gaussian noise on every tensor.
+`additional_config={"opd_numerics": {...}}` (see overrides.py). Every bucket of weights the trainer
+syncs (verl's `_update_weights`) passes through `transform_weights` before vLLM loads it, so the engine
+never samples with clean weights. For a standalone engine (the admission check), `apply_opd_numerics`
+reloads the checkpoint through vLLM's own `reload_weights` with the numerics applied.
 
-vLLM fuses q/k/v and gate/up projections into one tensor (qkv_proj, gate_up_proj); the per-tensor
-recipes then use one scale for the fused tensor, as vLLM's own FP8 loading does.
+Both work on checkpoint-format (Hugging Face) names and tensors, before vLLM fuses q/k/v and gate/up
+and repacks for its kernels; changing a loaded parameter in place would miss kernels that repack (the
+CPU backend does). The numbers are opd.quant's, the same functions the tiny engine uses: per-tensor FP8
+(Model Optimizer style) or NVFP4 on the projection weights of decoder layers not kept BF16, and
+fixed-direction Gaussian noise on every tensor.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
 
-from opd.quant import engine_weights, layer_index
-
-
-def n_decoder_layers(names: Iterable[str]) -> int:
-    idx = [layer_index(n) for n in names]
-    idx = [i for i in idx if i is not None]
-    if not idx:
-        raise ValueError("no decoder layers found among the weight names")
-    return max(idx) + 1
+from opd.quant import engine_weights
 
 
 def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dict,
@@ -38,39 +34,46 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
         yield name, out[name]
 
 
-@torch.no_grad()
-def apply_in_place(model: torch.nn.Module, numerics: dict) -> int:
-    """Rewrite a loaded model's parameters with the row's numerics; returns how many tensors changed."""
-    params = dict(model.named_parameters())
-    n_layers = n_decoder_layers(params)
-    changed = 0
-    for name, new in transform_weights(((n, p.data) for n, p in params.items()), numerics, n_layers):
-        if new is not params[name].data:
-            params[name].data.copy_(new.to(params[name].dtype))
-            changed += 1
-    return changed
+def checkpoint_weights(model_dir) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of a local Hugging Face checkpoint's safetensors files."""
+    from safetensors import safe_open
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors (the admission check needs a local checkpoint)")
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():
+                yield name, st.get_tensor(name)
 
 
 def _verl_extension():
     try:  # on the cluster: extend verl's own vLLM worker extension
         from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
         return vLLMColocateWorkerExtension
-    except ImportError:  # without verl (laptops, CI): the numerics alone
+    except ImportError:  # without verl: a standalone vLLM engine (the admission check)
         return object
 
 
 class WeightNumerics(_verl_extension()):
-    """vLLM worker extension: verl's weight sync, then the row's numerics on the synced weights."""
+    """vLLM worker extension applying the row's weight numerics to every weight load."""
 
-    def update_weights_from_ipc(self, *args, **kwargs):
-        out = super().update_weights_from_ipc(*args, **kwargs)
-        self.apply_opd_numerics()
-        return out
+    def _opd_numerics(self) -> dict | None:
+        return (getattr(self.vllm_config, "additional_config", None) or {}).get("opd_numerics")
 
-    def apply_opd_numerics(self, numerics: dict | None = None) -> int:
-        if numerics is None:
-            extra = getattr(self.vllm_config, "additional_config", None) or {}
-            numerics = extra.get("opd_numerics")
+    def _opd_layers(self) -> int:
+        return self.vllm_config.model_config.hf_config.num_hidden_layers
+
+    def _update_weights(self, weights, *args, **kwargs):  # verl: one bucket of a weight sync
+        numerics = self._opd_numerics()
+        if numerics:
+            weights = list(transform_weights(weights, numerics, self._opd_layers()))
+        return super()._update_weights(weights, *args, **kwargs)
+
+    def apply_opd_numerics(self, numerics: dict | None = None) -> None:
+        """Reload the engine's checkpoint with the numerics applied (`collective_rpc("apply_opd_numerics")`)."""
+        numerics = numerics or self._opd_numerics()
         if not numerics:
-            return 0
-        return apply_in_place(self.model_runner.model, numerics)
+            return
+        weights = checkpoint_weights(self.vllm_config.model_config.model)
+        self.model_runner.reload_weights(weights_iterator=transform_weights(weights, numerics, self._opd_layers()),
+                                         is_checkpoint_format=True)
