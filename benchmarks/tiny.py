@@ -19,7 +19,7 @@ from opd.backends.tiny.task import make_task
 from opd.backends.tiny.trainer import Settings, mismatch, step_generator, token_logprobs, update
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = ROOT / "results" / "toy" / "base" / "qwen-s"
+BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
 
 
 def best_of(fn, n=5):

@@ -1,6 +1,6 @@
 """GPU smoke test of the verl backend: two OPD steps end to end with no downloads.
 
-The toy experiment's student and teacher (results/toy/base/qwen-s) are exported as Hugging Face Qwen2
+The toy experiment's student and teacher (results/toy/_models/qwen-s) are exported as Hugging Face Qwen2
 checkpoints, the synthetic addition task is written as verl parquet, and verl's trainer runs two steps
 with the overrides opd.backends.verl.overrides builds for a row (default: the FP8 KV-cache row, so the
 vLLM engine settings and the weight-sync hook are exercised). It then parses verl's JSONL log into
@@ -50,7 +50,7 @@ def main():
     p.add_argument("--row", type=json.loads, default={"name": "kv-e4m3", "kv_cache": "fp8_e4m3"})
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    base = ROOT / "results" / "toy" / "base" / "qwen-s"
+    base = ROOT / "results" / "toy" / "_models" / "qwen-s"
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), a.out / which)
     data = write_task(a.out)

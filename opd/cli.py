@@ -1,6 +1,6 @@
 """Command line for the DAG's compute jobs: `python -m opd.cli <job> --spec FILE ...`.
 
-Each job reads its spec from the JSON file its rule wrote under results/<experiment>/_specs/, so a
+Each job reads its spec from the JSON file its rule wrote under results/<experiment>/_jobs/, so a
 job depends only on that file; editing library code never reruns anything by itself. `--launcher`
 names a JSON file saying where the job runs (here, or on Slurm through submitit)."""
 from __future__ import annotations

@@ -77,3 +77,14 @@ def test_bad_config_stops_before_any_job(clone):
     out = r.stdout + r.stderr
     assert "experiment 'toy', row 3 ('nvfp4'), field 'staleness'" in out
     assert "Job stats" not in out
+
+
+def test_retraining_a_student_reruns_every_run_of_that_student_only(built_clone):
+    def change(c):
+        c["experiments"]["toy"]["students"]["qwen-m"]["student_steps"] += 10
+    edit_config(built_clone, change)
+    jobs = planned(built_clone)
+    assert {w for r, w in jobs if r == "base_models"} == {"student=qwen-m"}
+    runs = planned_runs(jobs)
+    assert runs and all(".qwen-m." in r for r in runs)
+    assert {"bf16.qwen-m.s0", "fp8w.qwen-m.s0"} <= runs

@@ -5,8 +5,8 @@ rule base_models:
     input:
         spec=lambda w: spec_file("base", w.student, job_spec(student=w.student, student_spec=E["students"][w.student])),
     output:
-        student=f"{OUT}/base/{{student}}/student.pt",
-        teacher=f"{OUT}/base/{{student}}/teacher.pt",
-        meta=f"{OUT}/base/{{student}}/base.json",
+        student=f"{MODELS}/{{student}}/student.pt",
+        teacher=f"{MODELS}/{{student}}/teacher.pt",
+        meta=f"{MODELS}/{{student}}/base.json",
     shell:
-        "python -m opd.cli base --spec {input.spec} --out {OUT}/base/{wildcards.student}"
+        "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student}"

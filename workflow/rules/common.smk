@@ -19,16 +19,17 @@ wildcard_constraints:
     student=r"[A-Za-z0-9][A-Za-z0-9_-]*",
 
 
-def base_model(student, which):
-    """A tiny-backend student or teacher checkpoint; ancient() so a fresh clone's checkout order never
-    makes committed runs look older than their inputs."""
-    return ancient(f"{OUT}/base/{student}/{which}.pt")
+# Folder names matter for a fresh clone: git checks files out in path order, so _jobs/ (job specs),
+# then _models/ (tiny students and teachers), then admission/, analysis/, runs/ are written in the order
+# the DAG makes them, and committed results never look older than their inputs.
+MODELS = f"{OUT}/_models"
 
 
 def base_inputs(student):
+    """A tiny-backend student's checkpoint and its teacher's (none for verl: its models are named in config)."""
     if BACKEND != "tiny":
         return {}
-    return {"student": base_model(student, "student"), "teacher": base_model(student, "teacher")}
+    return {"student": f"{MODELS}/{student}/student.pt", "teacher": f"{MODELS}/{student}/teacher.pt"}
 
 
 def job_spec(**extra):
@@ -41,11 +42,10 @@ def job_spec(**extra):
 
 
 def spec_file(kind, name, spec):
-    """A job's spec as a file under results/<experiment>/_specs/, (re)written only when its content
+    """A job's spec as a file under results/<experiment>/_jobs/, (re)written only when its content
     changes. It is the job's input, so changing a row reruns exactly that row's jobs, also in a fresh
-    clone without Snakemake's metadata. `_specs` sorts before every other folder there, so git checks
-    the specs out first and committed results stay newer than the specs they were made from."""
-    return C.write_if_changed(f"{OUT}/_specs/{kind}/{name}.json", spec)
+    clone without Snakemake's metadata."""
+    return C.write_if_changed(f"{OUT}/_jobs/{kind}/{name}.json", spec)
 
 
 def opd_engine_rows():

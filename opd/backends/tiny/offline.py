@@ -16,7 +16,7 @@ from . import model as M
 from .base import train_base
 from .engine import Engine, KVCache, Numerics
 from .task import RESPONSE_LEN, make_task
-from .trainer import Settings, offline_mismatch, step_generator, train_run
+from .trainer import offline_mismatch, step_generator, train_run
 
 
 def _threads(spec):
@@ -109,5 +109,3 @@ def memory_bound_job(spec: dict, out: Path) -> None:
                          "concurrent": min(batch, engine.max_batch(P + RESPONSE_LEN))})
     store.write_table(pd.DataFrame(rows), out)
 
-
-__all__ = ["base_job", "admission_job", "kv_attribution_job", "throughput_job", "memory_bound_job", "Settings"]
