@@ -61,6 +61,14 @@ def family(row: dict) -> str:
     return kinds[0] if len(kinds) == 1 else "combined"
 
 
+ENGINE_FIELDS = ("weights", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
+
+
+def engine_key(row: dict) -> tuple:
+    """What a row's rollout engine is (its numerics and staleness), whatever the algorithm or variant."""
+    return tuple(tuple(row[k]) if k == "bf16_layers" else row[k] for k in ENGINE_FIELDS)
+
+
 def rows_frame(path) -> pd.DataFrame:
     rows = store.read_table(path)
     rows["family"] = [family(r) for r in rows.to_dict("records")]

@@ -2,12 +2,7 @@
 import pandas as pd
 
 from opd import stats, store
-
-ENGINE = ["weights", "kv_cache", "bf16_layers", "staleness", "noise_sigma"]
-
-
-def engine_key(row) -> tuple:
-    return tuple(tuple(row[k]) if k == "bf16_layers" else row[k] for k in ENGINE)
+from opd.report import engine_key
 
 
 def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:

@@ -4,19 +4,16 @@ import pandas as pd
 
 from opd import report, store
 
-ENGINE = ["weights", "kv_cache", "staleness", "noise_sigma"]
-
 
 def main(inp, out, params):
     v = store.read_table(inp[0])
     rows = report.rows_frame(inp[1])
     opd = rows[rows["algorithm"] == "opd"]
+    opd = opd.assign(key=[report.engine_key(r) for r in opd.to_dict("records")])
     variants = opd[opd["variant"] != "none"]
     out_rows = []
     for r in variants.to_dict("records"):
-        same = opd[(opd["variant"] == "none")]
-        for k in ENGINE:
-            same = same[same[k] == r[k]]
+        same = opd[(opd["variant"] == "none") & (opd["key"] == r["key"])]
         plain = same["name"].iloc[0] if len(same) else None
         for name, variant in ((plain, "none"), (r["name"], r["variant"])):
             if name is None:
