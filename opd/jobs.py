@@ -39,7 +39,9 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     else:
         from opd.backends import verl
         verl.train_run(spec, run_dir)
-    meta.update(status="complete", end=_now(), wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0))
+    # hardware again at the end: as the job ran (the backend sets its thread count)
+    meta.update(status="complete", end=_now(), hardware=provenance.hardware(),
+                wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0))
     store.write_json(meta, meta_path)
     return meta
 

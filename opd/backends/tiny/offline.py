@@ -16,15 +16,11 @@ from . import model as M
 from .base import train_base
 from .engine import Engine, KVCache, Numerics
 from .task import RESPONSE_LEN, make_task
-from .trainer import offline_mismatch, step_generator, train_run
-
-
-def _threads(spec):
-    torch.set_num_threads(int(spec.get("threads", 1)))
+from .trainer import offline_mismatch, set_threads, step_generator, train_run
 
 
 def base_job(spec: dict, out: Path) -> None:
-    _threads(spec)
+    set_threads(spec)
     s = spec["student_spec"]
     losses = train_base(s, spec["task_seed"], s.get("seed", 0), out)
     store.write_json({"student": spec["student"], "spec": s, **losses}, Path(out) / "base.json")
@@ -39,7 +35,7 @@ def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: i
 def admission_job(spec: dict, out: Path) -> None:
     """D_hat for one row on one student: its engine generates P x R responses, the standard engine
     rescores them with the same (initial) student weights."""
-    _threads(spec)
+    set_threads(spec)
     student = M.load(spec["student_path"])
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     t = time.perf_counter()
@@ -51,7 +47,7 @@ def admission_job(spec: dict, out: Path) -> None:
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """Offline mismatch of an FP8 KV cache with every layer quantized, with one layer at a time, and
     with all layers but one (that one kept BF16)."""
-    _threads(spec)
+    set_threads(spec)
     student = M.load(spec["student_path"])
     n = student.cfg.n_layers
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
@@ -69,7 +65,7 @@ def kv_attribution_job(spec: dict, out: Path) -> None:
 def throughput_job(spec: dict, out: Path) -> None:
     """Short OPD runs at each staleness k with no evaluation, timing the trainer's steps (measured, on
     this machine's cores: rollout and training overlap in two threads when k > 0)."""
-    _threads(spec)
+    set_threads(spec)
     frames = []
     for k in spec["ks"]:
         with tempfile.TemporaryDirectory() as d:
@@ -84,7 +80,7 @@ def throughput_job(spec: dict, out: Path) -> None:
 def memory_bound_job(spec: dict, out: Path) -> None:
     """Engine generation rate when the KV cache budget holds `kv_budget_sequences` BF16 sequences and a
     step asks for more: an FP8 cache holds twice the sequences per wave."""
-    _threads(spec)
+    set_threads(spec)
     student = M.load(spec["student_path"])
     train, _ = make_task(spec["task_seed"])
     P = train.prompts([0]).shape[1]

@@ -45,6 +45,11 @@ class Settings:
         return sorted({*range(0, self.steps, self.eval_every), self.steps})
 
 
+def set_threads(spec: dict) -> None:
+    """One torch thread per job unless the spec says otherwise: Snakemake runs jobs side by side."""
+    torch.set_num_threads(int(spec.get("threads", 1)))
+
+
 def step_generator(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> 1))
 
@@ -154,7 +159,7 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
     out_dir = Path(out_dir)
     row, seed = spec["row"], spec["seed"]
     s = Settings(**spec["settings"])
-    torch.set_num_threads(int(spec.get("threads", 1)))  # one core per job; Snakemake runs jobs side by side
+    set_threads(spec)
     algorithm, variant, k = row.get("algorithm", "opd"), row.get("variant", "none"), int(row.get("staleness", 0))
     torch.manual_seed(seed)
     train, heldout = make_task(s.task_seed)
