@@ -15,32 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 
-from opd import store
 from opd.backends.tiny import model as M
-from opd.backends.tiny.task import make_task, solution
 from opd.backends.verl import logparse
-from opd.backends.verl.data import INSTRUCTION
+from opd.backends.verl.data import toy_task
 from opd.backends.verl.overrides import entry_point, overrides
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def write_task(out: Path, n_train: int = 512, n_held: int = 64) -> dict:
-    train, held = make_task(0)
-
-    def frame(problems, count, split):
-        ops = problems.operands[:count]
-        return pd.DataFrame({
-            "data_source": "opd-toy", "ability": "math", "opd_teacher_key": "math",
-            "prompt": [[{"role": "user", "content": "+".join(map(str, o)) + "="}] for o in ops],
-            "reward_model": [{"style": "rule", "ground_truth": str(sum(o))} for o in ops],
-            "extra_info": [{"index": i, "split": split, "solution": solution(o)} for i, o in enumerate(ops)]})
-    paths = {"train": out / "train.parquet", "heldout": out / "heldout.parquet"}
-    store.write_table(frame(train, n_train, "train"), paths["train"])
-    store.write_table(frame(held, n_held, "test"), paths["heldout"])
-    return paths
 
 
 def main():
@@ -53,7 +34,7 @@ def main():
     base = ROOT / "results" / "toy" / "_models" / "qwen-s"
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), a.out / which)
-    data = write_task(a.out)
+    data = toy_task(a.out)
     half = max(1, a.gpus // 2)
     cfg = {"experiments": {"smoke": {
         "students": {"toy": {"model": str(a.out / "student"), "teacher": str(a.out / "teacher"), "layers": 2}},

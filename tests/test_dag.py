@@ -1,6 +1,5 @@
 """The DAG's guarantees, checked with real Snakemake runs in a fresh `git clone` of this tree, whose
 results/ already holds the toy experiment's results."""
-from pathlib import Path
 
 import pytest
 

@@ -1,6 +1,5 @@
 """The tiny backend: engine numerics, the Hugging Face export, training that resumes exactly."""
 import json
-import os
 import signal
 import subprocess
 import sys

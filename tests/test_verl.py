@@ -100,10 +100,10 @@ def test_jsonl_parser_on_a_verl_log(tmp_path):
     assert len(store.read_table(tmp_path / "steps.parquet")) == 3
 
 
-def tiny_model(layers=3):
+def tiny_model(layers=3, seed=0):
     from opd.backends.tiny.base import model_config
     from opd.backends.tiny.model import Decoder
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return Decoder(model_config({"family": "qwen2", "layers": layers, "heads": 2, "kv_heads": 1, "head_dim": 32,
                                  "d_ff": 64}))
 
@@ -139,20 +139,25 @@ def test_hook_transforms_every_synced_bucket_before_vllm_loads_it(tmp_path):
         assert torch.equal(w.loaded[k], expect[k]), k
 
 
-def test_standalone_engine_reloads_its_checkpoint_with_the_numerics(tmp_path):
+def test_standalone_engine_reloads_a_checkpoint_with_or_without_the_numerics(tmp_path):
     from opd.backends.tiny.model import export_hf
-    m = tiny_model(layers=2)
-    export_hf(m, tmp_path)
+    m, later = tiny_model(layers=2), tiny_model(layers=2, seed=1)
+    export_hf(m, tmp_path / "start")
+    export_hf(later, tmp_path / "step_50")
     calls = {}
     w = hook.WeightNumerics()
     w.vllm_config = SimpleNamespace(additional_config={}, model_config=SimpleNamespace(
-        model=str(tmp_path), hf_config=SimpleNamespace(num_hidden_layers=2)))
+        model=str(tmp_path / "start"), hf_config=SimpleNamespace(num_hidden_layers=2)))
     w.model_runner = SimpleNamespace(reload_weights=lambda weights_iterator, is_checkpoint_format: calls.update(
         weights=dict(weights_iterator), checkpoint=is_checkpoint_format))
-    w.apply_opd_numerics({"weights": "fp8_tensor", "bf16_layers": [], "noise_sigma": 0.0, "noise_seed": 0})
-    assert calls["checkpoint"] is True
     name = "model.layers.1.mlp.up_proj.weight"
+    # the admission check: the engine's own checkpoint, with the row's numerics
+    w.reload_checkpoint(None, {"weights": "fp8_tensor", "bf16_layers": [], "noise_sigma": 0.0, "noise_seed": 0})
+    assert calls["checkpoint"] is True
     assert torch.equal(calls["weights"][name], quant.fp8_per_tensor(m.state_dict()[name]))
+    # the held-out evaluation: a later step's checkpoint, exactly as saved
+    w.reload_checkpoint(str(tmp_path / "step_50"), {})
+    assert all(torch.equal(calls["weights"][k], v) for k, v in later.state_dict().items())
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
         list(hook.checkpoint_weights(tmp_path / "missing"))
 
@@ -172,3 +177,52 @@ def test_data_preparation(tmp_path):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"text": "x", "answer": 1}\n')
         data.to_verl(bad, "x", "test")
+
+
+def test_heldout_scoring_matches_the_tiny_backend_on_the_same_tokens(tmp_path):
+    """The verl backend's held-out KL (transformers forwards of the exported checkpoints, chunked
+    log-softmax) equals the tiny backend's exact KL on the same prompt and response tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from opd.backends.tiny import model as M
+    from opd.backends.tiny.engine import Rollout, token_logprobs
+    from opd.backends.verl.gpu import _sequence_kl
+    student, teacher = tiny_model(layers=2, seed=0), tiny_model(layers=2, seed=1)
+    M.export_hf(student, tmp_path / "s")
+    M.export_hf(teacher, tmp_path / "t")
+    hs, ht = (AutoModelForCausalLM.from_pretrained(tmp_path / n, dtype=torch.float32).eval() for n in "st")
+    prompt = torch.tensor([[0, 0, 0, 0, 1, 5, 13, 7, 13, 8, 14]])
+    response = torch.tensor([[9, 16, 10, 3, 2]])
+    roll = Rollout(prompt, response, None, torch.ones_like(response, dtype=torch.bool), 0)
+    with torch.no_grad():
+        (lp_s, full_s), (lp_t, full_t) = token_logprobs(student, roll), token_logprobs(teacher, roll)
+    expect_kl = float((full_s.exp() * (full_s - full_t)).sum())
+    expect_sampled = float((lp_s - lp_t).sum())
+    for chunk in (2048, 2):  # one chunk, and a response split across chunks
+        kl, sampled, n = _sequence_kl(hs, ht, torch.cat([prompt, response], 1), prompt.shape[1], chunk=chunk)
+        assert n == 5
+        assert kl == pytest.approx(expect_kl, rel=1e-4) and sampled == pytest.approx(expect_sampled, rel=1e-4, abs=1e-5)
+
+
+def test_exported_toy_tokenizer_builds_the_tiny_prompts(tmp_path):
+    """verl and vLLM build prompts through the chat template: it must give the tiny prompt token for token
+    (left-padded with literal <pad>, which the tokenizer's own pad token, <eos>, leaves alone)."""
+    from transformers import AutoTokenizer
+
+    from opd.backends.tiny.task import EOS_ID, make_task, save_hf_tokenizer, solution
+    save_hf_tokenizer(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    _, held = make_task(0)
+    for i in (0, len(held) // 2, len(held) - 1):
+        text = tok.apply_chat_template([{"role": "user", "content": "+".join(map(str, held.operands[i])) + "="}],
+                                       tokenize=False, add_generation_prompt=True)
+        assert tok(text)["input_ids"] == held.prompts([i])[0].tolist()
+    assert tok.pad_token_id == EOS_ID
+    assert tok.decode(held.solutions([0])[0], skip_special_tokens=True) == solution(held.operands[0])
+
+
+def test_scoring_by_data_source():
+    assert data.score("aime24", "so x = \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}") == 1.0
+    assert data.score("math500", "the answer is 7", "7") == 0.0  # no \boxed{}
+    assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;17", "17") == 1.0
+    assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;16", "17") == 0.0

@@ -1,6 +1,5 @@
 """Paper Fig. 3: quality change Delta against run mismatch D, with the fail line and the budget band."""
 import numpy as np
-import pandas as pd
 
 from opd import report, store
 

@@ -1,7 +1,6 @@
 """Infra table in the columns of poor-rl's infra history: steps, median step seconds, throughput over a
 fixed window of steps, its ratio to the baseline, rollout wait, an MFU estimate and the first-step
 difference."""
-import pandas as pd
 
 from opd import report, store
 

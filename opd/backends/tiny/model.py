@@ -5,7 +5,6 @@ Qwen2ForCausalLM / LlamaForCausalLM, so `export_hf` is a rename-free save.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,7 +157,7 @@ def export_hf(model: Decoder, path: Path) -> None:
     """Write a Hugging Face checkpoint (config.json + model.safetensors + tokenizer)."""
     from safetensors.torch import save_file
 
-    from .task import BOS_ID, EOS_ID, PAD_ID, save_hf_tokenizer
+    from .task import BOS_ID, EOS_ID, save_hf_tokenizer
 
     c = model.cfg
     path = Path(path)
@@ -172,7 +171,7 @@ def export_hf(model: Decoder, path: Path) -> None:
         "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "hidden_act": "silu",
         "max_position_embeddings": c.max_seq_len, "rms_norm_eps": c.rms_eps, "rope_theta": c.rope_theta,
         "tie_word_embeddings": False, "torch_dtype": "float32", "use_sliding_window": False,
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID,  # see save_hf_tokenizer
     }
     if not qwen:
         hf.update(attention_bias=False, mlp_bias=False)

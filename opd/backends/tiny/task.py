@@ -107,15 +107,23 @@ def make_task(seed: int = 0, n_train_per_tier: int = 5000, n_heldout_per_tier: i
 
 
 def save_hf_tokenizer(path: Path) -> None:
-    """Write the character-level vocabulary as a Hugging Face fast tokenizer (tokenizer.json + config)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    """Write the character-level vocabulary as a Hugging Face fast tokenizer (tokenizer.json + config).
+
+    The chat template builds exactly the tiny prompt: the problem after <bos>, left-padded with literal
+    <pad> tokens to the fixed width the models were trained on (they attend to those pads, and positions
+    start at the first pad). So that tools which strip left padding by the tokenizer's pad id (verl
+    before vLLM) leave those tokens alone, the tokenizer's own padding token is <eos>, not <pad>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     tok = Tokenizer(models.WordLevel(vocab=STOI, unk_token=PAD))
     tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.add_special_tokens([PAD, BOS, EOS])  # one token each, never split into characters
+    tok.decoder = decoders.Fuse()  # characters back to text without separators, as `decode` does
     path.mkdir(parents=True, exist_ok=True)
     tok.save(str(path / "tokenizer.json"))
+    width = PROMPT_LEN - 1
     (path / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-        "pad_token": PAD, "unk_token": PAD, "model_max_length": PROMPT_LEN + RESPONSE_LEN,
-        # chat messages are the bare problem after <bos>, so chat-based tools (verl, vLLM) build our prompts
-        "chat_template": "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"}, indent=1))
+        "pad_token": EOS, "unk_token": PAD, "model_max_length": PROMPT_LEN + RESPONSE_LEN,
+        "chat_template": "{% set p = messages | map(attribute='content') | join('') %}"
+                         f"{{{{ '{PAD}' * ({width} - p | length) }}}}{{{{ bos_token }}}}{{{{ p }}}}"}, indent=1))

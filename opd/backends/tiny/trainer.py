@@ -11,7 +11,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 

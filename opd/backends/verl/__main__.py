@@ -1,5 +1,7 @@
 """python -m opd.backends.verl overrides --experiment paper --json
-python -m opd.backends.verl prepare-data --train DAPO.parquet --heldout aime24=AIME24.jsonl math500=MATH500.jsonl --out data/"""
+python -m opd.backends.verl prepare-data --train DAPO.parquet --heldout aime24=AIME24.jsonl math500=MATH500.jsonl --out data/
+python -m opd.backends.verl heldout --spec results/paper/_jobs/train/RUN.json --run-dir results/paper/runs/RUN
+  (re)runs a finished run's held-out evaluation from its checkpoints (needs vLLM)"""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +26,14 @@ def main(argv=None) -> int:
     d.add_argument("--train", type=Path, required=True)
     d.add_argument("--heldout", nargs="+", required=True, help="name=path, e.g. aime24=aime24.jsonl")
     d.add_argument("--out", type=Path, required=True)
+    h = sub.add_parser("heldout", help="held-out evaluation of a run's checkpoints with vLLM -> heldout.parquet")
+    h.add_argument("--spec", type=Path, required=True, help="the run's spec (results/<exp>/_jobs/train/<run>.json)")
+    h.add_argument("--run-dir", type=Path, required=True)
     a = p.parse_args(argv)
+    if a.cmd == "heldout":
+        from . import gpu
+        gpu.heldout_eval(json.loads(a.spec.read_text()), a.run_dir)
+        return 0
     if a.cmd == "prepare-data":
         paths = data.prepare(a.train, dict(h.split("=", 1) for h in a.heldout), a.out)
         print(json.dumps({k: str(v) for k, v in paths.items()}))

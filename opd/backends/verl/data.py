@@ -1,10 +1,15 @@
 """Training and held-out data in verl's parquet format (columns: data_source, prompt as chat messages,
 ability, reward_model {style, ground_truth}, extra_info {index, split}), from local files: a parquet or
-JSONL export of DAPO-Math-17k, AIME24 and MATH-500, or a local datasets cache. No downloads."""
+JSONL export of DAPO-Math-17k, AIME24 and MATH-500, or a local datasets cache. No downloads.
+
+`toy_task` writes the tiny backend's synthetic task in the same format (data_source `opd-toy`), so the
+verl backend's jobs can run on the toy models (benchmarks/verl_smoke.py, the real-vLLM tests), and
+`score` grades a response by its data source: `\boxed{}` for math, the toy task's `;answer` for opd-toy."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from opd import store
@@ -62,3 +67,50 @@ def prepare(train_src: Path, heldout_srcs: dict[str, Path], out_dir: Path) -> di
     store.write_table(train, paths["train"])
     store.write_table(held, paths["heldout"])
     return paths
+
+
+TOY_SOURCE = "opd-toy"
+
+
+def toy_task(out_dir: Path, n_train: int = 512, n_heldout: int = 64, seed: int = 0) -> dict[str, Path]:
+    """The tiny backend's task as verl parquet: `n_train` training and `n_heldout` held-out problems of
+    make_task(seed), evenly spaced over each set. The chat prompt is the bare problem, which the exported
+    toy tokenizer's chat template turns into the tiny prompt."""
+    from opd.backends.tiny.task import make_task
+
+    def frame(problems, count, split):  # evenly spaced, so every difficulty tier is represented
+        ops = [problems.operands[i] for i in np.linspace(0, len(problems) - 1, min(count, len(problems))).astype(int)]
+        return pd.DataFrame({
+            "data_source": TOY_SOURCE, "ability": "math", "opd_teacher_key": "math",
+            "prompt": [[{"role": "user", "content": "+".join(map(str, o)) + "="}] for o in ops],
+            "reward_model": [{"style": "rule", "ground_truth": str(sum(o))} for o in ops],
+            "extra_info": [{"index": i, "split": split, "prompt_id": i} for i in range(len(ops))]})
+    train, held = make_task(seed)
+    paths = {"train": Path(out_dir) / "train.parquet", "heldout": Path(out_dir) / "heldout.parquet"}
+    store.write_table(frame(train, n_train, "train"), paths["train"])
+    store.write_table(frame(held, n_heldout, "test"), paths["heldout"])
+    return paths
+
+
+def boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} in a response (braces balanced), or None."""
+    i = text.rfind("\\boxed{")
+    if i < 0:
+        return None
+    depth, j = 0, i + len("\\boxed{")
+    for k in range(j, len(text)):
+        depth += text[k] == "{"
+        if text[k] == "}":
+            if depth == 0:
+                return text[j:k].strip()
+            depth -= 1
+    return None
+
+
+def score(data_source: str, text: str, ground_truth: str) -> float:
+    """1.0 if a response's final answer matches the ground truth, else 0.0."""
+    if data_source == TOY_SOURCE:
+        from opd.backends.tiny.task import answer_of
+        got = answer_of(text)
+        return float(got is not None and str(got) == str(ground_truth).strip())
+    return float(boxed(text) == str(ground_truth).strip())

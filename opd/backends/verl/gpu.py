@@ -17,7 +17,7 @@ import pandas as pd
 from opd import store
 
 from . import logparse
-from .overrides import entry_point, overrides, weight_numerics
+from .overrides import HOOK, entry_point, overrides, weight_numerics
 
 RAY_PORT = 6379
 
@@ -92,62 +92,80 @@ def _merged_checkpoint(run_dir: Path, step: int) -> Path:
     return out
 
 
-def heldout_eval(spec: dict, run_dir: Path) -> None:
-    """For each evaluation step: the student (BF16 vLLM) answers every held-out problem R times; student
-    and teacher score the responses with a full forward pass; K_x is the exact full-vocabulary KL per
-    token, as in the tiny backend."""
+def eval_steps(settings: dict) -> list[int]:
+    """The training steps a run is evaluated at: 0, every eval_every, and the last."""
+    every, last = settings["eval_every"], settings["steps"]
+    return sorted({0, *(range(every, last, every) if every else ()), last})
+
+
+def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> tuple[float, float, int]:
+    """Over one response: the summed exact full-vocabulary KL(student || teacher) per token, the summed
+    sampled-token log ratio, and the token count. Log-softmax runs over chunks of positions so a long
+    response's full-vocabulary logits are never held in float32 at once."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    with torch.no_grad():
+        ls_all, lt_all = student(ids).logits[0], teacher(ids).logits[0]
+    y = ids[0, prompt_len:]
+    kl = kls = 0.0
+    for i in range(0, len(y), chunk):
+        rows = slice(prompt_len - 1 + i, prompt_len - 1 + min(i + chunk, len(y)))
+        ls, lt = ls_all[rows].float().log_softmax(-1), lt_all[rows].float().log_softmax(-1)
+        yy = y[i:i + chunk, None]
+        kl += float((ls.exp() * (ls - lt)).sum())
+        kls += float((ls.gather(1, yy) - lt.gather(1, yy)).sum())
+    return kl, kls, len(y)
+
+
+def heldout_eval(spec: dict, run_dir: Path) -> None:
+    """For each evaluation step: the student (a BF16 vLLM engine) answers every held-out problem R times;
+    student and teacher score the responses with a full forward pass in transformers; K_x is the exact
+    full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
+    serves every step: each step's merged checkpoint is loaded into it through the hook's
+    `reload_checkpoint`. The draw depends on (seed, step) only (common random numbers across rows).
+    Runs on GPUs, or on a CPU with vLLM's CPU build."""
+    import torch
+    from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
 
+    from .data import score
+
+    run_dir = Path(run_dir)
     s, t = spec["student_spec"], spec["settings"]
     held = _read_parquets(spec["verl"]["data"]["heldout"])
-    steps = sorted({0, *range(t["eval_every"], t["steps"], t["eval_every"]), t["steps"]})
-    teacher = AutoModelForCausalLM.from_pretrained(s["teacher"], dtype=torch.bfloat16, device_map="cuda").eval()
-    frames = []
-    for step in steps:
+    # scoring: BF16 on GPUs (the paper's models), float32 on a CPU (toy models, where it costs nothing)
+    device, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
+
+    def scorer(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+
+    teacher = scorer(s["teacher"])
+    llm = LLM(s["model"], dtype="bfloat16", seed=spec["seed"], worker_extension_cls=HOOK,
+              **spec["verl"].get("engine", {}))
+    tok = llm.get_tokenizer()
+    prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
+    truth = [str(r["ground_truth"]) for r in held["reward_model"]]
+    rows = []
+    for step in eval_steps(t):
         path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step))
-        tok = AutoTokenizer.from_pretrained(path)
-        llm = LLM(path, dtype="bfloat16", seed=spec["seed"] * 1000 + step)
-        prompts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
-        outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0,
+        if step:
+            llm.collective_rpc("reload_checkpoint", args=(path, {}))
+        outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=spec["seed"] * 1000 + step,
                                                     max_tokens=t["max_response_length"]))
-        del llm
-        student = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map="cuda").eval()
+        student = scorer(path)
         for pid, out in enumerate(outs):
-            kl_sum = kls_sum = n_tok = correct = 0.0
+            P = len(out.prompt_token_ids)
+            sums = np.zeros(3)
             for c in out.outputs:
-                ids = torch.tensor([list(out.prompt_token_ids) + list(c.token_ids)], device="cuda")
-                P = len(out.prompt_token_ids)
-                with torch.no_grad():
-                    ls = student(ids).logits[0, P - 1:-1].float().log_softmax(-1)
-                    lt = teacher(ids).logits[0, P - 1:-1].float().log_softmax(-1)
-                y = ids[0, P:]
-                kl_sum += float((ls.exp() * (ls - lt)).sum())
-                kls_sum += float((ls.gather(1, y[:, None]) - lt.gather(1, y[:, None])).sum())
-                n_tok += len(y)
-                correct += float(_boxed(c.text) == str(held["reward_model"][pid]["ground_truth"]).strip())
-            frames.append({"step": step, "prompt_id": pid, "kl": kl_sum / max(n_tok, 1),
-                           "kl_sampled": kls_sum / max(n_tok, 1), "n_tokens": int(n_tok),
-                           "correct": correct / len(out.outputs)})
+                ids = torch.tensor([list(out.prompt_token_ids) + list(c.token_ids)], device=device)
+                sums += _sequence_kl(student, teacher, ids, P)
+            n_tok = max(sums[2], 1)
+            rows.append({"step": step, "prompt_id": pid, "kl": sums[0] / n_tok, "kl_sampled": sums[1] / n_tok,
+                         "n_tokens": int(sums[2]), "correct": float(np.mean(
+                             [score(held["data_source"][pid], c.text, truth[pid]) for c in out.outputs]))})
         del student
-    df = pd.DataFrame(frames).assign(run_id=spec["run_id"], config=spec["row"]["name"], student=spec["student"],
-                                     seed=spec["seed"])
+    df = pd.DataFrame(rows).assign(run_id=spec["run_id"], config=spec["row"]["name"], student=spec["student"],
+                                   seed=spec["seed"])
     store.write_table(df, run_dir / "heldout.parquet", store.HELDOUT)
-
-
-def _boxed(text: str) -> str | None:
-    i = text.rfind("\\boxed{")
-    if i < 0:
-        return None
-    depth, j = 0, i + len("\\boxed{")
-    for k in range(j, len(text)):
-        depth += text[k] == "{"
-        if text[k] == "}":
-            if depth == 0:
-                return text[j:k].strip()
-            depth -= 1
-    return None
 
 
 def offline_mismatch(spec: dict) -> float:
@@ -156,7 +174,7 @@ def offline_mismatch(spec: dict) -> float:
     from vllm import LLM, SamplingParams
 
     s, row = spec["student_spec"], spec["row"]
-    held = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
+    train = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
     kw = {}
     if row.get("kv_cache", "none") != "none":
         kw["kv_cache_dtype"] = row["kv_cache"]
@@ -165,14 +183,17 @@ def offline_mismatch(spec: dict) -> float:
         if keep:
             kw["kv_cache_dtype_skip_layers"] = [str(i) for i in sorted(keep)]
     numerics = weight_numerics(row, spec["seed"])
-    engine = {"dtype": "bfloat16", "seed": spec["seed"], **spec.get("vllm", {})}  # e.g. gpu_memory_utilization
-    cand = LLM(s["model"], worker_extension_cls="opd.backends.verl.hook.WeightNumerics", **engine, **kw)
+    engine = {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
+    cand = LLM(s["model"], worker_extension_cls=HOOK, **engine, **kw)
     if numerics:
-        cand.collective_rpc("apply_opd_numerics", args=(numerics,))
+        cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
-    prompts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
+    prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in train["prompt"]]
+    # the reference engine rescores prompt + response as a prompt and must still emit one token:
+    # keep every sequence one position short of the context
+    room = cand.model_config.max_model_len - max(len(tok(p)["input_ids"]) for p in prompts) - 1
     outs = cand.generate(prompts, SamplingParams(n=spec["responses"], temperature=1.0, logprobs=0,
-                                                 max_tokens=spec["settings"]["max_response_length"]))
+                                                 max_tokens=min(spec["settings"]["max_response_length"], room)))
     seqs = [(list(o.prompt_token_ids), c) for o in outs for c in o.outputs]
     del cand
     gc.collect()  # release the candidate engine's cache before the reference engine reserves its own
@@ -189,9 +210,11 @@ def offline_mismatch(spec: dict) -> float:
 
 
 def admission_job(spec: dict, out: Path) -> None:
+    t0 = time.perf_counter()
     d_hat = offline_mismatch(spec)
     store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
-                                     "n_sequences": spec["prompts"] * spec["responses"], "seconds": np.nan}]), out)
+                                     "n_sequences": spec["prompts"] * spec["responses"],
+                                     "seconds": time.perf_counter() - t0}]), out)  # both engines' start included
 
 
 def kv_attribution_job(spec: dict, out: Path) -> None:

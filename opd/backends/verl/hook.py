@@ -5,8 +5,10 @@ verl passes `worker_extension_cls=opd.backends.verl.hook.WeightNumerics` (engine
 own extension class, which WeightNumerics extends) and the row's numerics in
 `additional_config={"opd_numerics": {...}}` (see overrides.py). Every bucket of weights the trainer
 syncs (verl's `_update_weights`) passes through `transform_weights` before vLLM loads it, so the engine
-never samples with clean weights. For a standalone engine (the admission check), `apply_opd_numerics`
-reloads the checkpoint through vLLM's own `reload_weights` with the numerics applied.
+never samples with clean weights. A standalone engine (the admission check, the held-out evaluation)
+calls `reload_checkpoint` through `collective_rpc`: it loads a checkpoint folder (the engine's own, or a
+later training step's) through vLLM's own `reload_weights`, with the numerics applied if any, so one
+engine serves every step of an evaluation.
 
 Both work on checkpoint-format (Hugging Face) names and tensors, before vLLM fuses q/k/v and gate/up
 and repacks for its kernels; changing a loaded parameter in place would miss kernels that repack (the
@@ -69,11 +71,12 @@ class WeightNumerics(_verl_extension()):
             weights = list(transform_weights(weights, numerics, self._opd_layers()))
         return super()._update_weights(weights, *args, **kwargs)
 
-    def apply_opd_numerics(self, numerics: dict | None = None) -> None:
-        """Reload the engine's checkpoint with the numerics applied (`collective_rpc("apply_opd_numerics")`)."""
-        numerics = numerics or self._opd_numerics()
-        if not numerics:
-            return
-        weights = checkpoint_weights(self.vllm_config.model_config.model)
-        self.model_runner.reload_weights(weights_iterator=transform_weights(weights, numerics, self._opd_layers()),
-                                         is_checkpoint_format=True)
+    def reload_checkpoint(self, model_dir: str | None = None, numerics: dict | None = None) -> None:
+        """Load a Hugging Face checkpoint folder's weights into the running engine (default: the folder it
+        was started from), with `numerics` applied (default: the engine's own `opd_numerics`, if any).
+        Called as `llm.collective_rpc("reload_checkpoint", args=(model_dir, numerics))`."""
+        numerics = numerics if numerics is not None else self._opd_numerics()
+        weights = checkpoint_weights(model_dir or self.vllm_config.model_config.model)
+        if numerics:
+            weights = transform_weights(weights, numerics, self._opd_layers())
+        self.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)

@@ -23,6 +23,7 @@ from opd.quant import resolve_layers
 
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
+HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension applying weight numerics
 KV_DTYPE = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
@@ -123,7 +124,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
             o.append(f"+{rollout}.engine_kwargs.vllm.kv_cache_dtype_skip_layers={hydra_value([str(i) for i in keep])}")
     numerics = weight_numerics(row, seed)
     if numerics:
-        o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls=opd.backends.verl.hook.WeightNumerics")
+        o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
         o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value({'opd_numerics': numerics})}")
     spec = v.get("speculative")
     if r.get("speculative") and spec and s.get("eagle3"):

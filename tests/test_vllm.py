@@ -1,0 +1,111 @@
+"""The verl backend's vLLM jobs in a real vLLM engine: vLLM's CPU build, run in the Python given by
+--vllm-python (.ci/run builds one; without the option these tests are skipped and say why).
+
+The toy student and teacher (results/toy/_models/qwen-s) are exported as Hugging Face Qwen2 checkpoints
+and the toy task is written as verl parquet, so the same models and problems can be scored by the tiny
+backend in this process: the vLLM numbers are checked against an independent computation, not against
+themselves. vLLM's CPU build has no FP8 on these machines, so the KV-cache rows are not checked here."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from opd import store
+from opd.backends.tiny import model as M
+from opd.backends.tiny.engine import Numerics
+from opd.backends.tiny.task import Problems
+from opd.backends.tiny.trainer import Settings, heldout_eval, offline_mismatch
+from opd.backends.verl.data import toy_task
+
+pytestmark = pytest.mark.vllm
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
+ENGINE = {"gpu_memory_utilization": 0.3}  # on a CPU: the share of memory for the engine's KV cache
+N_TRAIN, N_HELD = 64, 64
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("toy-verl")
+    models = {w: M.load(BASE / f"{w}.pt").eval() for w in ("student", "teacher")}
+    for w, m in models.items():
+        M.export_hf(m, out / w)
+    data = toy_task(out, n_train=N_TRAIN, n_heldout=N_HELD)
+    return {"dir": out, "data": data, **models}
+
+
+def spec_for(toy, **fields) -> dict:
+    return {"experiment": "cpu", "backend": "verl", "student": "toy", "seed": 0, "run_id": "x.toy.s0",
+            "row": {"name": "bf16"},
+            "student_spec": {"model": str(toy["dir"] / "student"), "teacher": str(toy["dir"] / "teacher"), "layers": 2},
+            "settings": {"steps": 10, "eval_every": 10, "eval_responses": 8, "max_response_length": 40},
+            "verl": {"data": {"train": str(toy["data"]["train"]), "heldout": [str(toy["data"]["heldout"])]},
+                     "engine": ENGINE}, **fields}
+
+
+def run_in_vllm(python, *args, cwd):
+    """One job in its own process (a vLLM engine's CPU memory is only returned when its process ends).
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 is vLLM's own switch for running the engine in-process."""
+    r = subprocess.run([python, *args], cwd=cwd, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert r.returncode == 0, f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+
+
+def problems_of(path) -> Problems:
+    """The toy problems of a verl parquet file, in its order."""
+    df = pd.read_parquet(path)
+    return Problems(tuple(tuple(int(x) for x in p[0]["content"].rstrip("=").split("+")) for p in df["prompt"]))
+
+
+def test_admission_check_applies_the_rows_numerics_in_a_real_vllm_engine(toy, vllm_python, tmp_path):
+    """D_hat from the candidate vLLM engine (hook applying the row's numerics) against the BF16 vLLM
+    engine: zero for the standard engine, positive when the hook quantizes, and for weight noise of the
+    size of the tiny engine's estimate on the same prompts (sampling noise allowed: a factor of 2)."""
+    rows = [{"name": "bf16"}, {"name": "nvfp4", "weights": "nvfp4"}, {"name": "noise-15", "noise_sigma": 0.15}]
+    d_hat = {}
+    for row in rows:
+        spec = tmp_path / f"{row['name']}.json"
+        spec.write_text(json.dumps(spec_for(toy, row=row, prompts=N_TRAIN, responses=4)))
+        out = tmp_path / f"{row['name']}.parquet"
+        run_in_vllm(vllm_python, "-m", "opd.cli", "admission", "--spec", str(spec), "--out", str(out), cwd=ROOT)
+        d_hat[row["name"]] = float(store.read_table(out)["d_hat"].iloc[0])
+    assert d_hat["bf16"] == 0.0  # the same engine twice: not a single token's log-probability differs
+    assert d_hat["nvfp4"] > 1e-4, "NVFP4 weights left the engine unchanged: the hook did not reach vLLM's weights"
+    assert d_hat["noise-15"] > d_hat["nvfp4"]
+    train = problems_of(toy["data"]["train"])
+    prompts = train.prompts(np.repeat(np.arange(len(train)), 4))
+    tiny = np.mean([offline_mismatch(toy["student"], Numerics(noise_sigma=0.15), prompts, s) for s in range(3)])
+    assert 0.5 < d_hat["noise-15"] / tiny < 2.0, (d_hat, tiny)
+
+
+def test_heldout_evaluation_in_a_real_vllm_engine(toy, vllm_python, tmp_path):
+    """Step 0 is the student; step 10's "checkpoint" is the teacher (so its KL is exactly 0 and its
+    accuracy the teacher's, which shows the engine sampled from the reloaded weights). Step 0's KL,
+    accuracy and length agree with the tiny backend's evaluation of the same problems."""
+    run = tmp_path / "run"
+    M.export_hf(toy["teacher"], run / "hf" / "step_10")  # where verl.model_merger would have put step 10
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_for(toy)))
+    run_in_vllm(vllm_python, "-m", "opd.backends.verl", "heldout", "--spec", str(spec), "--run-dir", str(run), cwd=ROOT)
+    got = store.read_table(run / "heldout.parquet", store.HELDOUT)
+    assert sorted(got["step"].unique()) == [0, 10] and (got.groupby("step").size() == N_HELD).all()
+    final = got[got["step"] == 10]
+    assert final["kl"].abs().max() < 1e-6 and final["kl_sampled"].abs().max() < 1e-6
+    start = got[got["step"] == 0].mean(numeric_only=True)
+
+    held = problems_of(toy["data"]["heldout"])
+    settings = Settings(eval_responses=8)
+    with torch.no_grad():
+        ref = [heldout_eval(toy["student"], toy["teacher"], held, settings, seed, 0) for seed in range(2)]
+        teacher_acc = np.mean([heldout_eval(toy["teacher"], toy["teacher"], held, settings, 0, 0)["correct"]])
+    kl, acc = np.mean([r["kl"].mean() for r in ref]), np.mean([r["correct"].mean() for r in ref])
+    tokens = np.mean([r["n_tokens"].mean() for r in ref])
+    assert 0.6 < start["kl"] / kl < 1.6, (start["kl"], kl)
+    assert abs(start["correct"] - acc) < 0.12, (start["correct"], acc)
+    assert 0.8 < start["n_tokens"] / tokens < 1.25, (start["n_tokens"], tokens)
+    assert abs(final["correct"].mean() - teacher_acc) < 0.08 and final["correct"].mean() > start["correct"] + 0.1
