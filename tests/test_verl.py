@@ -94,6 +94,7 @@ def test_jsonl_parser_on_a_verl_log(tmp_path):
     assert df.loc[0, "n_tokens"] == round(5012.5 * 64)
     assert df.loc[0, "wait_s"] == df.loc[0, "rollout_s"] == pytest.approx(812.4)
     assert df.loc[1, "staleness"] == 0
+    assert df["teacher_s"].isna().all()  # verl 0.9 does not time the teacher: not measured, not zero
     logparse.write_steps(FIXTURES / "verl_0.9_file_logger.jsonl", tmp_path / "steps.parquet", run_id="r", config="c",
                          student="s", seed=0, responses_per_step=64)
     from opd import store

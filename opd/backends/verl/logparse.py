@@ -2,8 +2,9 @@
 
 Mapping (verl 0.9 metric names):
   d_n               rollout_corr/kl (decoupled rollout correction: mean of log q - log p_theta)
-  step_s            timing_s/step        rollout_s   timing_s/gen        teacher_s  timing_s/teacher (0 if absent:
-  train_s           timing_s/update_actor                                 verl's agent loop scores inside gen)
+  step_s            timing_s/step        rollout_s   timing_s/gen        train_s    timing_s/update_actor
+  teacher_s         timing_s/teacher if logged, else NaN (not measured): verl 0.9 has no teacher timer; its
+                    agent loop asks the teacher servers for log-probs inside generation, so that time is in rollout_s
   weight_sync_s     timing_s/update_weights, else timing_s/param_sync (fully async)
   wait_s            timing_s/wait_for_enough_samples (fully async), else timing_s/gen (synchronous: the
                     trainer waits for the whole rollout)
@@ -47,7 +48,7 @@ def parse(jsonl: Path, run_id: str, config: str, student: str, seed: int, respon
         rows.append({
             "run_id": run_id, "config": config, "student": student, "seed": seed, "step": step,
             "d_n": g("rollout_corr/kl"), "seq_logratio_p90": math.nan, "n_tokens": tokens, "trained_tokens": tokens,
-            "step_s": g("timing_s/step"), "rollout_s": g("timing_s/gen", 0.0), "teacher_s": g("timing_s/teacher", 0.0),
+            "step_s": g("timing_s/step"), "rollout_s": g("timing_s/gen", 0.0), "teacher_s": g("timing_s/teacher"),
             "train_s": g("timing_s/update_actor", 0.0),
             "weight_sync_s": g("timing_s/update_weights", g("timing_s/param_sync", 0.0)),
             "wait_s": g("timing_s/wait_for_enough_samples") if asynchronous else g("timing_s/gen", 0.0),
