@@ -51,6 +51,14 @@ def run_id(row_name: str, student: str, seed: int) -> str:
     return f"{row_name}.{student}.s{seed}"
 
 
+def eval_steps(steps: int, eval_every: int) -> list[int]:
+    """The training steps a run's held-out evaluation scores (both backends): 0, every `eval_every`
+    steps, and the last; none when `eval_every` is 0."""
+    if eval_every <= 0:
+        return []
+    return sorted({*range(0, steps, eval_every), steps})
+
+
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
     with open(path) as f:
         cfg = yaml.safe_load(f)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from opd import config as C
 from opd import store
 
 from . import model as M
@@ -38,10 +39,7 @@ class Settings:
     task_seed: int = 0
 
     def eval_steps(self) -> list[int]:
-        """Held-out evaluation steps: every eval_every steps and at the end (none when eval_every is 0)."""
-        if self.eval_every <= 0:
-            return []
-        return sorted({*range(0, self.steps, self.eval_every), self.steps})
+        return C.eval_steps(self.steps, self.eval_every)
 
 
 def set_threads(spec: dict) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from opd import config as C
 from opd import store
 
 from . import logparse
@@ -92,12 +93,6 @@ def _merged_checkpoint(run_dir: Path, step: int) -> Path:
     return out
 
 
-def eval_steps(settings: dict) -> list[int]:
-    """The training steps a run is evaluated at: 0, every eval_every, and the last."""
-    every, last = settings["eval_every"], settings["steps"]
-    return sorted({0, *(range(every, last, every) if every else ()), last})
-
-
 def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> tuple[float, float, int]:
     """Over one response: the summed exact full-vocabulary KL(student || teacher) per token, the summed
     sampled-token log ratio, and the token count. Log-softmax runs over chunks of positions so a long
@@ -145,7 +140,7 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
     truth = [str(r["ground_truth"]) for r in held["reward_model"]]
     rows = []
-    for step in eval_steps(t):
+    for step in C.eval_steps(t["steps"], t["eval_every"]):
         path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step))
         if step:
             llm.collective_rpc("reload_checkpoint", args=(path, {}))
