@@ -133,6 +133,12 @@ def cross_field_errors(cfg: dict) -> list[str]:
                                   f"so the row quantizes nothing")
             if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
+        t = e.get("train", {})
+        if e.get("backend") == "verl" and t.get("eval_every") and t.get("checkpoint_every") \
+                and t["eval_every"] % t["checkpoint_every"]:
+            errors.append(f"experiment {exp!r}, field 'train.eval_every': {t['eval_every']} is not a multiple of "
+                          f"train.checkpoint_every ({t['checkpoint_every']}): the held-out evaluation reads verl's "
+                          f"checkpoints of the evaluated steps")
         if e["rows"] and baselines:
             base = next(r for r in e["rows"] if r.get("baseline"))
             missing = set(students) - set(base.get("students", [next(iter(students))]))

@@ -131,3 +131,18 @@ def test_run_ids_do_not_depend_on_other_columns(toy_config):
 def test_placement_fields_are_not_params(toy_config):
     r = next(r for r in C.runs(toy_config) if r.run_id == "fp8w.qwen-s.s0")
     assert r.params() == {"name": "fp8w", "weights": "fp8_tensor"}
+
+
+def test_verl_settings_are_checked_before_any_job(toy_config):
+    paper = toy_config["experiments"]["paper"]
+    paper["train"]["eval_every"] = 30  # verl checkpoints every 25 steps: step 30 would have no checkpoint
+    m = err(toy_config)
+    assert "experiment 'paper', field 'train.eval_every'" in m and "multiple of train.checkpoint_every" in m
+    paper["train"]["eval_every"] = 50
+    paper["verl"]["engine_args"] = {"gpu_memory_utilization": 0.5}  # the key is `engine`
+    m = err(toy_config)
+    assert "'paper'" in m and "engine_args" in m
+    del paper["verl"]["engine_args"]
+    del paper["verl"]["data"]["heldout"]
+    m = err(toy_config)
+    assert "'paper'" in m and "heldout" in m
