@@ -17,11 +17,29 @@ from pathlib import Path
 
 
 from opd.backends.tiny import model as M
+from opd.backends.tiny.task import PROMPT_LEN, RESPONSE_LEN  # the toy models' context is exactly their sum
 from opd.backends.verl import logparse
 from opd.backends.verl.data import toy_task
 from opd.backends.verl.overrides import entry_point, overrides
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def command(out: Path, row: dict, gpus: int) -> tuple[str, list[str]]:
+    """verl's entry point and Hydra overrides for the smoke run (tests/test_verl.py composes them on CPU)."""
+    data = {"train": out / "train.parquet", "heldout": out / "heldout.parquet"}
+    half = max(1, gpus // 2)
+    cfg = {"experiments": {"smoke": {
+        "students": {"toy": {"model": str(out / "student"), "teacher": str(out / "teacher"), "layers": 2}},
+        "train": {"steps": 2, "prompts_per_step": 8, "responses_per_prompt": 8, "lr": 1e-5, "temperature": 1.0,
+                  "max_prompt_length": PROMPT_LEN, "max_response_length": RESPONSE_LEN, "eval_every": 0,
+                  "checkpoint_every": 0},
+        "verl": {"data": {"train": str(data["train"]), "heldout": [str(data["heldout"])]},
+                 "layout": {"nodes": 2, "teacher_nodes": 1, "gpus_per_node": half, "rollout_replicas": 1}}}}}
+    args = overrides(row, cfg, student="toy", seed=0, run_dir=str(out), experiment="smoke")
+    args += ["trainer.nnodes=1", "distillation.nnodes=1", "trainer.val_before_train=False",
+             "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.trust_remote_code=False"]
+    return entry_point(row), args
 
 
 def main():
@@ -34,21 +52,12 @@ def main():
     base = ROOT / "results" / "toy" / "_models" / "qwen-s"
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), a.out / which)
-    data = toy_task(a.out)
-    half = max(1, a.gpus // 2)
-    cfg = {"experiments": {"smoke": {
-        "students": {"toy": {"model": str(a.out / "student"), "teacher": str(a.out / "teacher"), "layers": 2}},
-        "train": {"steps": 2, "prompts_per_step": 8, "responses_per_prompt": 8, "lr": 1e-5, "temperature": 1.0,
-                  "max_prompt_length": 16, "max_response_length": 48, "eval_every": 0, "checkpoint_every": 0},
-        "verl": {"data": {"train": str(data["train"]), "heldout": [str(data["heldout"])]},
-                 "layout": {"nodes": 2, "teacher_nodes": 1, "gpus_per_node": half, "rollout_replicas": 1}}}}}
-    args = overrides(a.row, cfg, student="toy", seed=0, run_dir=str(a.out), experiment="smoke")
-    args += ["trainer.nnodes=1", "distillation.nnodes=1", "trainer.val_before_train=False",
-             "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.trust_remote_code=False"]
+    toy_task(a.out)
+    entry, args = command(a.out, a.row, a.gpus)
     log = a.out / "verl.jsonl"
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
-    print("python -m", entry_point(a.row), " ".join(args), flush=True)
-    subprocess.run([sys.executable, "-m", entry_point(a.row), *args], check=True, env=env, cwd=a.out)
+    print("python -m", entry, " ".join(args), flush=True)
+    subprocess.run([sys.executable, "-m", entry, *args], check=True, env=env, cwd=a.out)
     steps = logparse.write_steps(log, a.out / "steps.parquet", run_id="smoke", config=a.row["name"], student="toy",
                                  seed=0, responses_per_step=64)
     print(steps[["step", "d_n", "step_s", "rollout_s", "train_s", "loss"]].to_string(index=False))

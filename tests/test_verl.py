@@ -78,6 +78,21 @@ def test_an_unknown_key_fails_to_compose(paper):
         verl_compose(ov + ["actor_rollout_ref.rollout.not_a_key=1"], False)
 
 
+def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
+    """benchmarks/verl_smoke.py is for whoever has a GPU: its verl command must at least compose, with a
+    context that fits the toy models (prompt + response = their max_position_embeddings)."""
+    spec = importlib.util.spec_from_file_location("verl_smoke", Path(__file__).parent.parent / "benchmarks" / "verl_smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    from opd.backends.tiny import model as M
+    context = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt").cfg.max_seq_len
+    for row in ({"name": "kv-e4m3", "kv_cache": "fp8_e4m3"}, {"name": "nvfp4", "weights": "nvfp4"}):
+        entry, ov = smoke.command(tmp_path, row, gpus=2)
+        cfg = verl_compose(ov, entry == ASYNC_ENTRY)
+        assert cfg.trainer.total_training_steps == 2 and cfg.distillation.enabled
+        assert cfg.data.max_prompt_length + cfg.data.max_response_length <= context
+
+
 def test_cli_prints_every_run(capsys):
     assert verl_cli(["overrides", "--experiment", "paper", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
