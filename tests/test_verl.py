@@ -90,6 +90,7 @@ def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
         entry, ov = smoke.command(tmp_path, row, gpus=2)
         cfg = verl_compose(ov, entry == ASYNC_ENTRY)
         assert cfg.trainer.total_training_steps == 2 and cfg.distillation.enabled
+        assert Path(cfg.reward.custom_reward_function.path).name == "reward.py"  # verl cannot score opd-toy
         assert cfg.data.max_prompt_length + cfg.data.max_response_length <= context
 
 
@@ -189,6 +190,14 @@ def test_data_preparation(tmp_path):
     assert len(t) == 2 and t["prompt"][0][0]["content"].startswith("What is 1+1?")
     assert t["reward_model"][1]["ground_truth"] == "4" and (t["opd_teacher_key"] == "math").all()
     assert h["reward_model"][0]["ground_truth"] == "7" and h["extra_info"][1]["prompt_id"] == 1
+    assert (t["data_source"] == "math_dapo").all() and h["data_source"][0] == "aime24"  # names verl's scorer knows
+    m500 = tmp_path / "math500.jsonl"
+    m500.write_text('{"problem": "Compute 2+3.", "answer": "5"}\n')
+    h = pd.read_parquet(data.prepare(train, {"aime24": aime, "math500": m500}, tmp_path / "out2")["heldout"])
+    assert h["data_source"].tolist() == ["aime24", "aime24", "HuggingFaceH4/MATH-500"]
+    assert [e["set"] for e in h["extra_info"]] == ["aime24", "aime24", "math500"]
+    with pytest.raises(ValueError, match="'gsm8k'.*known"):
+        data.prepare(train, {"gsm8k": m500}, tmp_path / "out3")
     with pytest.raises(ValueError, match="no prompt column"):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"text": "x", "answer": 1}\n')
@@ -239,6 +248,6 @@ def test_exported_toy_tokenizer_builds_the_tiny_prompts(tmp_path):
 
 def test_scoring_by_data_source():
     assert data.score("aime24", "so x = \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}") == 1.0
-    assert data.score("math500", "the answer is 7", "7") == 0.0  # no \boxed{}
+    assert data.score("HuggingFaceH4/MATH-500", "the answer is 7", "7") == 0.0  # no \boxed{} (verl not importable here)
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;17", "17") == 1.0
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;16", "17") == 0.0

@@ -43,7 +43,7 @@ def _text(p) -> str:
     return next(m["content"] for m in msgs if m.get("role") == "user")
 
 
-def to_verl(src: Path, data_source: str, split: str) -> pd.DataFrame:
+def to_verl(src: Path, data_source: str, split: str, set_name: str | None = None) -> pd.DataFrame:
     df = _read(src)
     prompts = _pick(df, PROMPT_KEYS, src, "prompt").map(_text)
     answers = _pick(df, ANSWER_KEYS, src, "answer").map(lambda a: str(a["ground_truth"]) if isinstance(a, dict) else str(a))
@@ -52,16 +52,28 @@ def to_verl(src: Path, data_source: str, split: str) -> pd.DataFrame:
         "prompt": [[{"role": "user", "content": f"{p}\n{INSTRUCTION}"}] for p in prompts],
         "ability": "math",
         "reward_model": [{"style": "rule", "ground_truth": a} for a in answers],
-        "extra_info": [{"index": i, "split": split} for i in range(len(df))],
+        "extra_info": [{"index": i, "split": split, "set": set_name or data_source} for i in range(len(df))],
         "opd_teacher_key": "math",
     })
 
 
+# A set's data_source selects verl's scorer (verl.utils.reward_score.default_compute_score): the names
+# below are the ones it knows for these sets (DAPO-Math-17k's own data_source is math_dapo).
+TRAIN_SOURCE = "math_dapo"
+HELDOUT_SOURCES = {"aime24": "aime24", "aime25": "aime25", "math500": "HuggingFaceH4/MATH-500"}
+
+
 def prepare(train_src: Path, heldout_srcs: dict[str, Path], out_dir: Path) -> dict[str, Path]:
-    """Write train.parquet and heldout.parquet (held-out sets concatenated, prompt ids in order)."""
+    """Write train.parquet and heldout.parquet (held-out sets concatenated in the order given, prompt ids
+    in order; extra_info.set names each problem's set)."""
+    unknown = set(heldout_srcs) - set(HELDOUT_SOURCES)
+    if unknown:
+        raise ValueError(f"held-out set(s) {sorted(unknown)}: verl's reward has no scorer chosen for them; "
+                         f"known: {sorted(HELDOUT_SOURCES)}")
     out_dir = Path(out_dir)
-    train = to_verl(train_src, "dapo-math-17k", "train")
-    held = pd.concat([to_verl(p, name, "test") for name, p in heldout_srcs.items()], ignore_index=True)
+    train = to_verl(train_src, TRAIN_SOURCE, "train")
+    held = pd.concat([to_verl(p, HELDOUT_SOURCES[name], "test", name) for name, p in heldout_srcs.items()],
+                     ignore_index=True)
     held["extra_info"] = [{**e, "prompt_id": i} for i, e in enumerate(held["extra_info"])]
     paths = {"train": out_dir / "train.parquet", "heldout": out_dir / "heldout.parquet"}
     store.write_table(train, paths["train"])
@@ -108,9 +120,16 @@ def boxed(text: str) -> str | None:
 
 
 def score(data_source: str, text: str, ground_truth: str) -> float:
-    """1.0 if a response's final answer matches the ground truth, else 0.0."""
+    """1.0 if a response's final answer is right, else 0.0: the toy task's own check for opd-toy, verl's
+    scorer for its data sources where verl is installed (the cluster), else an exact match of the last
+    \\boxed{} (a machine without verl)."""
     if data_source == TOY_SOURCE:
         from opd.backends.tiny.task import answer_of
         got = answer_of(text)
         return float(got is not None and str(got) == str(ground_truth).strip())
-    return float(boxed(text) == str(ground_truth).strip())
+    try:
+        from verl.utils.reward_score import default_compute_score
+    except ImportError:
+        return float(boxed(text) == str(ground_truth).strip())
+    res = default_compute_score(data_source, text, ground_truth)
+    return float(res["acc"]) if isinstance(res, dict) else float(res > 0)
