@@ -48,6 +48,8 @@ def test_every_paper_run_composes_against_verls_config(paper):
         assert rollout.n == 8 and rollout.temperature == 1.0 and cfg.data.max_response_length == 16384
         assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.trainer.total_training_steps == 200
         assert cfg.algorithm.rollout_correction.bypass_mode is False  # decoupled: rollout_corr/kl is d_n
+        # verl runs inside the run folder: config.yaml's relative data paths must reach it absolute
+        assert all(Path(f).is_absolute() for f in [*cfg.data.train_files, *cfg.data.val_files])
         if r.resolved["algorithm"] == "opd":
             loss = cfg.distillation.distillation_loss
             assert cfg.distillation.enabled and loss.loss_mode == "k1" and loss.use_policy_gradient

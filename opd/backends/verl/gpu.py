@@ -61,7 +61,7 @@ def _start_ray(rank: int, nodes: int, head: str) -> None:
 def train_run(spec: dict, run_dir: Path) -> None:
     """One run on the allocation: Ray across the nodes, verl's trainer on the head (resuming from its
     own checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
     rank, nodes, head = _rank() if "SLURM_JOB_ID" in os.environ else (0, 1, socket.gethostname())
     if nodes > 1:
         _start_ray(rank, nodes, head)

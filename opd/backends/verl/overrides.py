@@ -18,6 +18,8 @@ cache is vLLM's own (`kv_cache_dtype`, `kv_cache_dtype_skip_layers`).
 """
 from __future__ import annotations
 
+import os
+
 from opd import config as C
 from opd.quant import resolve_layers
 
@@ -68,8 +70,9 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
     n_layers = s["layers"]
     rollout = "actor_rollout_ref.rollout"
     o = [
-        f"data.train_files={_list([v['data']['train']])}",
-        f"data.val_files={_list(v['data']['heldout'])}",
+        # data paths absolute: relative ones mean the working directory's (the repository), verl runs in the run folder
+        f"data.train_files={_list([os.path.abspath(v['data']['train'])])}",
+        f"data.val_files={_list([os.path.abspath(f) for f in v['data']['heldout']])}",
         f"data.train_batch_size={t['prompts_per_step']}",
         f"data.max_prompt_length={t['max_prompt_length']}",
         f"data.max_response_length={t['max_response_length']}",
