@@ -253,3 +253,29 @@ def test_scoring_by_data_source():
     assert data.score("HuggingFaceH4/MATH-500", "the answer is 7", "7") == 0.0  # no \boxed{} (verl not importable here)
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;17", "17") == 1.0
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;16", "17") == 0.0
+
+
+def test_ray_workers_wait_for_the_head_to_listen():
+    """A worker node joins Ray only once the head's port accepts connections (the head may start later)."""
+    import socket
+    import threading
+    import time
+
+    from opd.backends.verl.gpu import wait_for_port
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    with pytest.raises(RuntimeError, match=f"nothing listens on 127.0.0.1:{port}"):
+        wait_for_port("127.0.0.1", port, timeout_s=0.5, poll_s=0.1)
+    server = socket.socket()
+
+    def start_late():
+        time.sleep(0.5)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+    threading.Thread(target=start_late).start()
+    t0 = time.monotonic()
+    wait_for_port("127.0.0.1", port, timeout_s=10, poll_s=0.1)
+    assert 0.4 < time.monotonic() - t0 < 10
+    server.close()

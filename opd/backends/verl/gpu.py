@@ -43,44 +43,62 @@ def _rank() -> tuple[int, int, str]:
     return env.global_rank, env.num_nodes, head
 
 
-def _start_ray(rank: int, nodes: int, head: str) -> None:
-    if rank == 0:
-        subprocess.run(["ray", "start", "--head", f"--port={RAY_PORT}", "--disable-usage-stats"], check=True)
-        import ray
-        ray.init(address=f"{head}:{RAY_PORT}")
-        deadline = time.time() + 600
-        while len([n for n in ray.nodes() if n["Alive"]]) < nodes:
-            if time.time() > deadline:
-                raise RuntimeError(f"only {len(ray.nodes())} of {nodes} Ray nodes joined within 10 minutes")
-            time.sleep(5)
-        ray.shutdown()
-    else:
-        subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False)
+def wait_for_port(host: str, port: int, timeout_s: float, poll_s: float = 2.0) -> None:
+    """Return once a TCP server accepts connections on host:port; RuntimeError after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=poll_s).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens on {host}:{port} after {timeout_s:.0f} s") from None
+            time.sleep(poll_s)
+
+
+def _ray_head(nodes: int, head: str) -> None:
+    subprocess.run(["ray", "start", "--head", f"--port={RAY_PORT}", "--disable-usage-stats"], check=True)
+    import ray
+    ray.init(address=f"{head}:{RAY_PORT}")
+    deadline = time.time() + 600
+    while len([n for n in ray.nodes() if n["Alive"]]) < nodes:
+        if time.time() > deadline:
+            raise RuntimeError(f"only {len(ray.nodes())} of {nodes} Ray nodes joined within 10 minutes")
+        time.sleep(5)
+    ray.shutdown()
+
+
+def _ray_worker(head: str) -> None:
+    """Join the head's Ray cluster (waiting for it to start) and block until the head stops Ray."""
+    wait_for_port(head, RAY_PORT, timeout_s=600)
+    subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False)
 
 
 def train_run(spec: dict, run_dir: Path) -> None:
     """One run on the allocation: Ray across the nodes, verl's trainer on the head (resuming from its
-    own checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation."""
+    own checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation on the head."""
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
     rank, nodes, head = _rank() if "SLURM_JOB_ID" in os.environ else (0, 1, socket.gethostname())
-    if nodes > 1:
-        _start_ray(rank, nodes, head)
-        if rank != 0:
-            return
+    if rank != 0:
+        _ray_worker(head)
+        return
     row, student, seed = spec["row"], spec["student"], spec["seed"]
     args = overrides(row, experiment_config(spec), student=student, seed=seed, run_dir=str(run_dir),
                      experiment=spec["experiment"])
     log = run_dir / "verl.jsonl"
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
-    if nodes > 1:
-        env["RAY_ADDRESS"] = f"{head}:{RAY_PORT}"
-    subprocess.run([sys.executable, "-m", entry_point(row), *args], check=True, env=env, cwd=run_dir)
+    try:
+        if nodes > 1:
+            _ray_head(nodes, head)
+            env["RAY_ADDRESS"] = f"{head}:{RAY_PORT}"
+        subprocess.run([sys.executable, "-m", entry_point(row), *args], check=True, env=env, cwd=run_dir)
+    finally:
+        if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so the job ends
+            subprocess.run(["ray", "stop"], check=False)
     t = spec["settings"]
     logparse.write_steps(log, run_dir / "steps.parquet", run_id=spec["run_id"], config=row["name"], student=student,
                          seed=seed, responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"])
     heldout_eval(spec, run_dir)
-    if nodes > 1:
-        subprocess.run(["ray", "stop"], check=False)
 
 
 def _merged_checkpoint(run_dir: Path, step: int) -> Path:
