@@ -39,12 +39,21 @@ def run_train(spec: dict, run_dir, launcher: dict) -> dict:
 
 
 def run_job(fn, spec: dict, out: Path, launcher: dict):
-    """Any other job (admission check, attribution, measurements): here, or as one Slurm job whose
-    logs land in `<out's folder>/slurm/`."""
+    """Any other job (admission check, attribution, measurements): here, or as one single-node Slurm job
+    (one GPU where the experiment's jobs have GPUs) whose logs land in `<out's folder>/slurm/`."""
     if launcher["launcher"] == "local":
         return fn(spec, out)
     out = Path(out)
-    return submit_and_wait(fn, (spec, out), out.parent, launcher.get("slurm", {}), name=out.stem)
+    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(launcher.get("slurm", {})), name=out.stem)
+
+
+def single_job_shape(slurm: dict) -> dict:
+    """The Slurm shape of a job that is one process on at most one GPU (the vLLM engines of one student),
+    from the site's and the experiment's training-job shape."""
+    shape = {**slurm, "nodes": 1}
+    if shape.get("gpus_per_node"):
+        shape["gpus_per_node"] = 1
+    return shape
 
 
 def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:

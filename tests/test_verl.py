@@ -279,3 +279,12 @@ def test_ray_workers_wait_for_the_head_to_listen():
     wait_for_port("127.0.0.1", port, timeout_s=10, poll_s=0.1)
     assert 0.4 < time.monotonic() - t0 < 10
     server.close()
+
+
+def test_admission_and_attribution_jobs_take_one_gpu_not_the_training_shape():
+    from opd import launch
+    paper = C.load()["experiments"]["paper"]["slurm"]
+    assert paper["nodes"] == 2 and paper["gpus_per_node"] == 4  # a training run: teacher node + trainer node
+    shape = launch.single_job_shape(paper)
+    assert shape["nodes"] == 1 and shape["gpus_per_node"] == 1 and shape["time_min"] == paper["time_min"]
+    assert "gpus_per_node" not in launch.single_job_shape({"nodes": 1, "cpus_per_task": 2})  # the toy on Slurm
