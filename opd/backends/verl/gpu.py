@@ -152,8 +152,7 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
 
     teacher = scorer(s["teacher"])
-    llm = LLM(s["model"], dtype="bfloat16", seed=spec["seed"], worker_extension_cls=HOOK,
-              **spec["verl"].get("engine", {}))
+    llm = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec))
     tok = llm.get_tokenizer()
     prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
     truth = [str(r["ground_truth"]) for r in held["reward_model"]]
@@ -214,6 +213,7 @@ def _candidate_samples(spec: dict, row: dict) -> list[tuple[list[int], list[int]
 
 
 def _engine_args(spec: dict) -> dict:
+    """A standalone engine's arguments: BF16, the job's seed, and config.yaml's `verl.engine` extras."""
     return {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
 
 
