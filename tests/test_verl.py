@@ -1,6 +1,7 @@
 """The verl backend's CPU-checkable parts: every paper run's overrides compose against verl's own Hydra
-config (the verl package's config files; verl itself is not importable without its GPU stack), the
-JSONL log parser, the weight-sync hook's numerics and the data preparation."""
+config and pass the checks verl's trainer makes before it asks Ray for GPUs (verl 0.9.1 installed with
+its CPU-side dependencies; vLLM is not in this environment), the JSONL log parser, the weight-sync hook's
+numerics and the data preparation. tests/test_vllm.py runs the vLLM jobs in a real engine."""
 import importlib.util
 import json
 from pathlib import Path
@@ -64,6 +65,30 @@ def test_every_paper_run_composes_against_verls_config(paper):
             assert vllm["additional_config"]["opd_numerics"]["weights"] == r.resolved["weights"]
 
 
+def verl_startup_checks(cfg) -> None:
+    """What verl does with a composed config before it needs GPUs: main_ppo's validate_config (batch and
+    micro-batch sizes, the actor's dataclass), every interpolation resolved, and the rollout,
+    distillation and checkpoint-engine dataclasses its workers build."""
+    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    OmegaConf.to_container(cfg, resolve=True)
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
+    omega_conf_to_dataclass(cfg.distillation)
+
+
+@pytest.mark.filterwarnings("ignore:Disabled critic")
+def test_every_paper_run_passes_verls_own_startup_checks(paper):
+    """Without token-budgeted micro-batches every paper run failed here ("Please set at least one of
+    'actor.ppo_micro_batch_size' or ..."): caught on CPU instead of after a GPU allocation."""
+    for run_id, (r, ov) in paper.items():
+        verl_startup_checks(verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY))
+    r, ov = paper["bf16.r1-7b.s0"]
+    with pytest.raises(Exception, match="micro_batch_size"):
+        verl_startup_checks(verl_compose(ov + ["actor_rollout_ref.actor.use_dynamic_bsz=False"], False))
+
+
 def test_kv_skip_layers_and_staleness_mapping(paper):
     r, ov = paper["kv-fp8-l0.r1-7b.s0"]
     cfg = verl_compose(ov, False)
@@ -80,6 +105,7 @@ def test_an_unknown_key_fails_to_compose(paper):
         verl_compose(ov + ["actor_rollout_ref.rollout.not_a_key=1"], False)
 
 
+@pytest.mark.filterwarnings("ignore:Disabled critic")
 def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
     """benchmarks/verl_smoke.py is for whoever has a GPU: its verl command must at least compose, with a
     context that fits the toy models (prompt + response = their max_position_embeddings)."""
@@ -93,6 +119,7 @@ def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
         cfg = verl_compose(ov, entry == ASYNC_ENTRY)
         assert cfg.trainer.total_training_steps == 2 and cfg.distillation.enabled
         assert Path(cfg.reward.custom_reward_function.path).name == "reward.py"  # verl cannot score opd-toy
+        verl_startup_checks(cfg)
         assert cfg.data.max_prompt_length + cfg.data.max_response_length <= context
 
 

@@ -18,6 +18,7 @@ fixed-direction Gaussian noise on every tensor.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -49,11 +50,12 @@ def checkpoint_weights(model_dir) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def _verl_extension():
-    try:  # on the cluster: extend verl's own vLLM worker extension
+    """verl's vLLM worker extension where verl and vLLM are both installed (the cluster: a failing import
+    there is an error, not a fallback), else `object` (a standalone vLLM engine, or a machine without vLLM)."""
+    if importlib.util.find_spec("verl") and importlib.util.find_spec("vllm"):
         from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
         return vLLMColocateWorkerExtension
-    except ImportError:  # without verl: a standalone vLLM engine (the admission check)
-        return object
+    return object
 
 
 class WeightNumerics(_verl_extension()):

@@ -84,6 +84,12 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        # token-budgeted micro-batches (DAPO's recipe: 2x and 3x one full sequence per GPU), so 16k-token
+        # responses neither need a fixed micro-batch size nor run out of memory
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={2 * (t['max_prompt_length'] + t['max_response_length'])}",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={3 * (t['max_prompt_length'] + t['max_response_length'])}",
         f"{rollout}.name=vllm",
         f"{rollout}.n={t['responses_per_prompt']}",
         f"{rollout}.temperature={t['temperature']}",
