@@ -273,6 +273,12 @@ def test_exported_toy_tokenizer_builds_the_tiny_prompts(tmp_path):
         assert tok(text)["input_ids"] == held.prompts([i])[0].tolist()
     assert tok.pad_token_id == EOS_ID
     assert tok.decode(held.solutions([0])[0], skip_special_tokens=True) == solution(held.operands[0])
+    # verl 0.9's agent loop builds rollout prompts with its own token builder, chosen by model type
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+    for model_type in ("qwen2", "llama"):
+        builder = create_continuous_token_builder(tok, hf_model_type=model_type)
+        messages = [{"role": "user", "content": "+".join(map(str, held.operands[1])) + "="}]
+        assert builder.build_initial_tokens(messages) == held.prompts([1])[0].tolist()
 
 
 def test_scoring_by_data_source():
