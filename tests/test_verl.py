@@ -118,9 +118,13 @@ def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
         entry, ov = smoke.command(tmp_path, row, gpus=2)
         cfg = verl_compose(ov, entry == ASYNC_ENTRY)
         assert cfg.trainer.total_training_steps == 2 and cfg.distillation.enabled
-        assert Path(cfg.reward.custom_reward_function.path).name == "reward.py"  # verl cannot score opd-toy
         verl_startup_checks(cfg)
         assert cfg.data.max_prompt_length + cfg.data.max_response_length <= context
+    # verl cannot score the toy task itself: it loads our reward function by path, as its reward loop does
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    fn = get_custom_reward_fn(cfg)
+    assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;17", ground_truth="17", extra_info={}) == 1.0
+    assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;16", ground_truth="17", extra_info={}) == 0.0
 
 
 def test_cli_prints_every_run(capsys):
@@ -283,7 +287,10 @@ def test_exported_toy_tokenizer_builds_the_tiny_prompts(tmp_path):
 
 def test_scoring_by_data_source():
     assert data.score("aime24", "so x = \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}") == 1.0
-    assert data.score("HuggingFaceH4/MATH-500", "the answer is 7", "7") == 0.0  # no \boxed{} (verl not importable here)
+    assert data.score("HuggingFaceH4/MATH-500", "the answer is 7", "7") == 0.0  # verl's MATH scorer wants \boxed{}
+    assert data.score("HuggingFaceH4/MATH-500", "so \\boxed{7}", "7") == 1.0
+    # without verl (vLLM's environment): the last \boxed{}, braces balanced
+    assert data.boxed("first \\boxed{1}, then \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}" and data.boxed("none") is None
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;17", "17") == 1.0
     assert data.score(data.TOY_SOURCE, "3+5=8,8+9=17;16", "17") == 0.0
 
