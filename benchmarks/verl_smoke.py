@@ -67,11 +67,10 @@ def main():
         M.export_hf(M.load(base / f"{which}.pt"), a.out / which)
     toy_task(a.out)
     entry, args = command(a.out, a.row, a.gpus)
-    log = a.out / "verl.jsonl"
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logparse.attempt_log(a.out))}
     print("python -m", entry, " ".join(args), flush=True)
     subprocess.run([sys.executable, "-m", entry, *args], check=True, env=env, cwd=a.out)
-    steps = logparse.write_steps(log, a.out / "steps.parquet", run_id="smoke", config=a.row["name"], student="toy",
+    steps = logparse.write_steps(logparse.attempt_logs(a.out), a.out / "steps.parquet", run_id="smoke", config=a.row["name"], student="toy",
                                  seed=0, responses_per_step=64)
     print(steps[["step", "d_n", "step_s", "rollout_s", "train_s", "loss"]].to_string(index=False))
     assert len(steps) == 2 and steps["d_n"].notna().all(), "expected two steps with d_n"

@@ -127,6 +127,32 @@ def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;16", ground_truth="17", extra_info={}) == 0.0
 
 
+def test_a_resumed_run_keeps_every_step_of_every_attempt(tmp_path, monkeypatch):
+    """verl's own file logger (it truncates its file at start) writing two attempts of a run: the first
+    dies after step 3, the second resumes from the step-2 checkpoint and logs steps 3 and 4 again."""
+    from verl.utils.tracking import FileLogger
+    lines = [json.loads(x) for x in (FIXTURES / "verl_0.9_file_logger.jsonl").read_text().splitlines() if x.strip()]
+    train = [r["data"] for r in lines if "rollout_corr/kl" in r["data"]]
+    for attempt_steps in ([1, 2, 3], [3, 4]):
+        log = logparse.attempt_log(tmp_path)
+        monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log))
+        logger = FileLogger("opd-budget", "run")
+        for step in attempt_steps:
+            logger.log({**train[step % len(train)], "rollout_corr/kl": step / 1000 + (attempt_steps[0] == 3) / 10},
+                       step=step)
+        logger.finish()
+    assert [p.name for p in logparse.attempt_logs(tmp_path)] == ["verl.0.jsonl", "verl.1.jsonl"]
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text((tmp_path / "verl.0.jsonl").read_text())
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(shared))
+    FileLogger("opd-budget", "run").finish()
+    assert shared.read_text() == ""  # the premise: one file for every attempt would have lost attempt 0
+    df = logparse.parse(logparse.attempt_logs(tmp_path), run_id="r", config="c", student="s", seed=0,
+                        responses_per_step=64)
+    assert df["step"].tolist() == [1, 2, 3, 4]
+    assert df["d_n"].tolist() == pytest.approx([0.001, 0.002, 0.103, 0.104])  # steps 3, 4 from the second attempt
+
+
 def test_cli_prints_every_run(capsys):
     assert verl_cli(["overrides", "--experiment", "paper", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -85,8 +85,8 @@ def train_run(spec: dict, run_dir: Path) -> None:
     row, student, seed = spec["row"], spec["student"], spec["seed"]
     args = overrides(row, experiment_config(spec), student=student, seed=seed, run_dir=str(run_dir),
                      experiment=spec["experiment"])
-    log = run_dir / "verl.jsonl"
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
+    # verl's file logger truncates its file: every attempt gets its own (logparse reads them all)
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logparse.attempt_log(run_dir))}
     try:
         if nodes > 1:
             _ray_head(nodes, head)
@@ -96,8 +96,9 @@ def train_run(spec: dict, run_dir: Path) -> None:
         if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so the job ends
             subprocess.run(["ray", "stop"], check=False)
     t = spec["settings"]
-    logparse.write_steps(log, run_dir / "steps.parquet", run_id=spec["run_id"], config=row["name"], student=student,
-                         seed=seed, responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"])
+    logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec["run_id"],
+                         config=row["name"], student=student, seed=seed,
+                         responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"])
     heldout_eval(spec, run_dir)
 
 

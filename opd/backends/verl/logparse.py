@@ -13,8 +13,10 @@ Mapping (verl 0.9 metric names):
   n_tokens, trained_tokens   round(response_length/mean x responses per step): an estimate, said so here
   policy_version    the step; engine_version  fully_async/count/current_param_version at sampling, else the step
   seq_logratio_p90  not logged by verl: NaN
-Validation-only lines (no rollout_corr/kl) are skipped; a step logged twice (a resumed run re-logs the
-steps after its last checkpoint) keeps its last record, so every step appears exactly once.
+Validation-only lines (no rollout_corr/kl) are skipped. verl's file logger truncates its file when it
+starts, so each attempt of a run (a requeued job resumes from verl's last checkpoint) logs to its own
+file, `verl.<attempt>.jsonl` (`attempt_log`); `parse` reads them in attempt order and a step logged
+again after a resume keeps its last record, so every step appears exactly once.
 """
 from __future__ import annotations
 
@@ -27,17 +29,31 @@ import pandas as pd
 from opd import store
 
 
-def parse(jsonl: Path, run_id: str, config: str, student: str, seed: int, responses_per_step: int) -> pd.DataFrame:
+def attempt_log(run_dir: Path) -> Path:
+    """The log file for a new attempt of the run in run_dir: verl.0.jsonl, verl.1.jsonl, ..."""
+    return Path(run_dir) / f"verl.{len(attempt_logs(run_dir))}.jsonl"
+
+
+def attempt_logs(run_dir: Path) -> list[Path]:
+    """Every attempt's log in run_dir, in attempt order."""
+    logs = Path(run_dir).glob("verl.*.jsonl")
+    return sorted((p for p in logs if p.name.split(".")[1].isdigit()), key=lambda p: int(p.name.split(".")[1]))
+
+
+def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed: int,
+          responses_per_step: int) -> pd.DataFrame:
+    """steps.parquet's rows from one log or from a run's attempt logs (in attempt order)."""
     records = {}
-    with open(jsonl) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            d = rec["data"]
-            if "rollout_corr/kl" not in d:
-                continue
-            records[int(rec["step"])] = d
+    for path in [jsonl] if isinstance(jsonl, (str, Path)) else jsonl:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                d = rec["data"]
+                if "rollout_corr/kl" not in d:
+                    continue
+                records[int(rec["step"])] = d
     rows = []
     for step in sorted(records):
         d = records[step]
@@ -61,7 +77,7 @@ def parse(jsonl: Path, run_id: str, config: str, student: str, seed: int, respon
     return pd.DataFrame(rows)
 
 
-def write_steps(jsonl: Path, out: Path, **ids) -> pd.DataFrame:
+def write_steps(jsonl: Path | list[Path], out: Path, **ids) -> pd.DataFrame:
     df = parse(jsonl, **ids)
     store.write_table(df, out, store.STEPS)
     return df
