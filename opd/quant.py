@@ -125,6 +125,13 @@ def resolve_layers(layers, n_layers: int) -> set[int]:
     return out
 
 
+def kv_attribution_cases(n_layers: int) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(mode, layer, layers kept BF16) of the per-layer KV-cache attribution: every layer quantized
+    ("all", layer -1), one layer at a time ("only"), all layers but one ("all_but")."""
+    return [("all", -1, ())] + [("only", i, tuple(j for j in range(n_layers) if j != i)) for i in range(n_layers)] + \
+        [("all_but", i, (i,)) for i in range(n_layers)]
+
+
 def engine_weights(state: dict, *, weights: str = "none", noise_sigma: float = 0.0, noise_seed: int = 0,
                    bf16_layers=(), n_layers: int) -> dict:
     """Apply a row's weight numerics to a state dict: fixed-direction noise on every tensor, then the

@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 
 from opd import store
+from opd.quant import kv_attribution_cases
 
 from . import model as M
 from .base import train_base
@@ -53,11 +54,9 @@ def kv_attribution_job(spec: dict, out: Path) -> None:
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     rows = []
     for recipe in spec["recipes"]:
-        cases = [("all", None, ())] + [("only", i, tuple(j for j in range(n) if j != i)) for i in range(n)] + \
-                [("all_but", i, (i,)) for i in range(n)]
-        for mode, layer, keep in cases:
+        for mode, layer, keep in kv_attribution_cases(n):
             num = Numerics(kv_cache=recipe, bf16_layers=keep)
-            rows.append({"recipe": recipe, "mode": mode, "layer": -1 if layer is None else layer,
+            rows.append({"recipe": recipe, "mode": mode, "layer": layer,
                          "d_hat": offline_mismatch(student, num, prompts, spec["seed"])})
     store.write_table(pd.DataFrame(rows), out)
 

@@ -16,9 +16,10 @@ import pandas as pd
 
 from opd import config as C
 from opd import store
+from opd.quant import kv_attribution_cases
 
 from . import logparse
-from .overrides import HOOK, entry_point, overrides, weight_numerics
+from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
 
 RAY_PORT = 6379
 
@@ -181,26 +182,18 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     store.write_table(df, run_dir / "heldout.parquet", store.HELDOUT)
 
 
-def _candidate_samples(spec: dict, row: dict) -> list[tuple[list[int], list[int], list[float]]]:
-    """The candidate engine (the row's vLLM KV-cache settings, the hook's weight numerics) samples P x R
-    responses: (prompt ids, response ids, the engine's log-probability of each response token)."""
+def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list[int], list[int], list[float]]]:
+    """The candidate engine (the row's vLLM KV-cache settings, the hook's weight numerics) answers each
+    chat `messages` R times: (prompt ids, response ids, the engine's log-probability of each response token)."""
     from vllm import LLM, SamplingParams
 
     s = spec["student_spec"]
-    train = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
-    kw = {}
-    if row.get("kv_cache", "none") != "none":
-        kw["kv_cache_dtype"] = row["kv_cache"]
-        from opd.quant import resolve_layers
-        keep = resolve_layers(row.get("bf16_layers", []), s["layers"])
-        if keep:
-            kw["kv_cache_dtype_skip_layers"] = [str(i) for i in sorted(keep)]
     numerics = weight_numerics(row, spec["seed"])
-    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **kw)
+    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **vllm_kv_args(row, s["layers"]))
     if numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
-    prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in train["prompt"]]
+    prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
     # the reference engine rescores prompt + response as a prompt and must still emit one token:
     # keep every sequence one position short of the context
     room = cand.model_config.max_model_len - max(len(tok(p)["input_ids"]) for p in prompts) - 1
@@ -224,7 +217,9 @@ def offline_mismatches(spec: dict, rows: list[dict]) -> list[float]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    samples = [_candidate_samples(spec, row) for row in rows]
+    train = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
+    messages = [list(p) for p in train["prompt"]]
+    samples = [_candidate_samples(spec, row, messages) for row in rows]
     ref = LLM(spec["student_spec"]["model"], **_engine_args(spec))
     d_hats = []
     for seqs in samples:
@@ -253,12 +248,10 @@ def admission_job(spec: dict, out: Path) -> None:
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one.
     One reference engine rescores every case."""
-    n = spec["student_spec"]["layers"]
-    cases = []
-    for recipe in spec["recipes"]:
-        cases += [(recipe, "all", -1, [])] + [(recipe, "only", i, [j for j in range(n) if j != i]) for i in range(n)] + \
-                 [(recipe, "all_but", i, [i]) for i in range(n)]
-    rows = [{"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": keep} for recipe, mode, layer, keep in cases]
+    cases = [(recipe, *case) for recipe in spec["recipes"]
+             for case in kv_attribution_cases(spec["student_spec"]["layers"])]
+    rows = [{"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": list(keep)}
+            for recipe, mode, layer, keep in cases]
     d_hats = offline_mismatches(spec, rows)
     store.write_table(pd.DataFrame([{"recipe": recipe, "mode": mode, "layer": layer, "d_hat": d}
                                     for (recipe, mode, layer, _), d in zip(cases, d_hats)]), out)

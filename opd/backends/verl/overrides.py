@@ -50,6 +50,18 @@ def entry_point(row: dict) -> str:
     return ASYNC_ENTRY if int(row.get("staleness", 0)) > 0 else SYNC_ENTRY
 
 
+def vllm_kv_args(row: dict, n_layers: int) -> dict:
+    """vLLM's own engine arguments for the row's KV cache: its dtype and the layers kept BF16."""
+    r = {**C.ROW_DEFAULTS, **row}
+    if r["kv_cache"] == "none":
+        return {}
+    args = {"kv_cache_dtype": KV_DTYPE[r["kv_cache"]]}
+    keep = sorted(resolve_layers(r["bf16_layers"], n_layers))
+    if keep:
+        args["kv_cache_dtype_skip_layers"] = [str(i) for i in keep]  # vLLM takes layer names
+    return args
+
+
 def weight_numerics(row: dict, seed: int) -> dict | None:
     """What the weight-sync hook applies, or None when the row leaves the weights alone."""
     r = {**C.ROW_DEFAULTS, **row}
@@ -126,11 +138,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
               f"algorithm.norm_adv_by_std_in_grpo={r['algorithm'] == 'grpo'}"]
     if r["variant"] == "tis":
         o += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
-    if r["kv_cache"] != "none":
-        o.append(f"+{rollout}.engine_kwargs.vllm.kv_cache_dtype={KV_DTYPE[r['kv_cache']]}")
-        keep = sorted(resolve_layers(r["bf16_layers"], n_layers))
-        if keep:
-            o.append(f"+{rollout}.engine_kwargs.vllm.kv_cache_dtype_skip_layers={hydra_value([str(i) for i in keep])}")
+    o += [f"+{rollout}.engine_kwargs.vllm.{k}={hydra_value(v)}" for k, v in vllm_kv_args(row, n_layers).items()]
     numerics = weight_numerics(row, seed)
     if numerics:
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
