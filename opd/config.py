@@ -17,9 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 # Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
 # that editing them never reruns existing runs.
-PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline")
+PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 ROW_DEFAULTS = {"weights": "none", "kv_cache": "none", "bf16_layers": [], "staleness": 0, "noise_sigma": 0.0,
-                "algorithm": "opd", "variant": "none", "speculative": False, "baseline": False}
+                "algorithm": "opd", "variant": "none", "speculative": False, "baseline": False, "lr": None,
+                "reference": None}
+# Row fields that override the experiment's training settings for that row's runs.
+TRAIN_OVERRIDES = ("lr",)
 
 
 class ConfigError(ValueError):
@@ -49,6 +52,19 @@ class Run:
 
 def run_id(row_name: str, student: str, seed: int) -> str:
     return f"{row_name}.{student}.s{seed}"
+
+
+def in_budget(row: dict) -> bool:
+    """A row the budget is measured on: a plain OPD engine (no update variant), trained with the
+    experiment's own settings and compared with the baseline."""
+    r = {**ROW_DEFAULTS, **row}
+    unset = lambda v: v is None or v != v  # noqa: E731  (None in config.yaml, NaN once read back from Parquet)
+    return r["algorithm"] == "opd" and r["variant"] == "none" and unset(r["lr"]) and unset(r["reference"])
+
+
+def run_settings(train: dict, row: dict) -> dict:
+    """A run's training settings: the experiment's `train`, with the row's overrides (TRAIN_OVERRIDES)."""
+    return {**train, **{k: row[k] for k in TRAIN_OVERRIDES if row.get(k) is not None}}
 
 
 def eval_steps(steps: int, eval_every: int) -> list[int]:
@@ -131,6 +147,17 @@ def cross_field_errors(cfg: dict) -> list[str]:
                 if n is not None and len({i % n for i in r.get("bf16_layers", [])}) >= n:
                     errors.append(f"{where}, field 'bf16_layers': keeps every layer of student {s!r} in BF16, "
                                   f"so the row quantizes nothing")
+            ref = r.get("reference")
+            if ref is not None:
+                target = next((x for x in e["rows"] if x["name"] == ref), None)
+                if target is None or ref == r["name"]:
+                    errors.append(f"{where}, field 'reference': {ref!r} is not another row of the experiment")
+                else:
+                    first = [next(iter(students))]
+                    missing = set(r.get("students", first)) - set(target.get("students", first))
+                    if missing:
+                        errors.append(f"{where}, field 'reference': row {ref!r} does not run student(s) "
+                                      f"{sorted(missing)}, so there is nothing to compare with")
             if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})

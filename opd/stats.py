@@ -9,6 +9,22 @@ import pandas as pd
 BOOT_CHUNK = 1000  # resamples drawn at a time
 
 
+def problem_resamples(k_cand, k_base, n_boot: int, seed: int) -> np.ndarray:
+    """Resampled Delta (n_boot, C): each resample draws n problems with replacement, the same problems
+    for every candidate column of k_cand (n, C) and for the baseline k_base (n,)."""
+    n = len(k_base)
+    rng = np.random.default_rng(seed)
+    both = np.column_stack([k_cand, k_base])  # one matrix product gives every candidate's and the baseline's sums
+    sums = np.empty((n_boot, both.shape[1]))
+    offsets = (np.arange(BOOT_CHUNK, dtype=np.int64) * n)[:, None]
+    for start in range(0, n_boot, BOOT_CHUNK):  # chunks keep the per-resample counts in cache
+        m = min(BOOT_CHUNK, n_boot - start)
+        draws = rng.integers(0, n, size=(m, n)) + offsets[:m]  # problem indices, offset per resample
+        counts = np.bincount(draws.ravel(), minlength=m * n).reshape(m, n)  # how often each problem is drawn
+        sums[start:start + m] = counts @ both
+    return sums[:, :-1] / sums[:, -1:] - 1.0
+
+
 def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0):
     """Delta = sum(k_cand) / sum(k_base) - 1 with a percentile interval from resampling problems.
 
@@ -21,22 +37,57 @@ def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, see
     kc = kc.reshape(len(kc), -1)
     if kb.ndim != 1 or len(kb) != len(kc):
         raise ValueError(f"k_base must have shape ({len(kc)},), got {kb.shape}")
-    n = len(kb)
-    rng = np.random.default_rng(seed)
-    both = np.column_stack([kc, kb])  # one matrix product gives every candidate's and the baseline's sums
-    sums = np.empty((n_boot, both.shape[1]))
-    offsets = (np.arange(BOOT_CHUNK, dtype=np.int64) * n)[:, None]
-    for start in range(0, n_boot, BOOT_CHUNK):  # chunks keep the per-resample counts in cache
-        m = min(BOOT_CHUNK, n_boot - start)
-        draws = rng.integers(0, n, size=(m, n)) + offsets[:m]  # problem indices, offset per resample
-        counts = np.bincount(draws.ravel(), minlength=m * n).reshape(m, n)  # how often each problem is drawn
-        sums[start:start + m] = counts @ both
-    boot = sums[:, :-1] / sums[:, -1:] - 1.0
+    boot = problem_resamples(kc, kb, n_boot, seed)
     delta = kc.sum(0) / kb.sum() - 1.0
     lo, hi = np.percentile(boot, [50 * (1 - ci), 50 * (1 + ci)], axis=0)
     if scalar:
         return float(delta[0]), float(lo[0]), float(hi[0])
     return delta, lo, hi
+
+
+MIN_SEED_DF = 2  # degrees of freedom the run-to-run variance needs: S_cand + S_base - 2
+
+
+def seed_variance(k_cand, k_base) -> tuple[float, int]:
+    """The run-to-run variance of log(sum_x K_x) of one run, pooled over both configurations (each
+    centred on its own mean), and its degrees of freedom S_cand + S_base - 2."""
+    logs = [np.log(np.asarray(k, dtype=float).sum(1)) for k in (k_cand, k_base)]
+    df = sum(len(x) for x in logs) - 2
+    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+    return (ss / df if df > 0 else float("nan")), df
+
+
+def seed_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0):
+    """Delta with an interval that covers both the problems drawn and the seeds run.
+
+    k_cand: (S_c, n), k_base: (S_0, n): per seed, per problem held-out KL, the same problems in the same
+    order on both sides. Delta = sum_x mean_s K(c) / sum_x mean_s K(0) - 1.
+
+    Method (a hybrid bootstrap on the log ratio r = log(1 + Delta)):
+    - problems: the paired problem bootstrap of the seed-averaged K gives r's problem-level spread;
+    - seeds: each run's log total carries independent run-to-run noise of variance s^2, estimated from
+      both sides' seeds pooled (`seed_variance`), so the seed means add s^2 (1/S_c + 1/S_0) to r; each
+      resample adds a Student-t draw with S_c + S_0 - 2 degrees of freedom scaled to that variance
+      (t, not normal: s^2 is estimated from few runs).
+    Assumes the run-to-run variance is the same for candidate and baseline (so S_c = 1 is allowed when
+    the baseline has seeds), run effects independent of the problem effects, and enough problems for
+    the problem bootstrap. Raises ValueError with fewer than MIN_SEED_DF + 2 runs in all.
+    Returns (delta, lo, hi)."""
+    kc = np.atleast_2d(np.asarray(k_cand, dtype=float))
+    kb = np.atleast_2d(np.asarray(k_base, dtype=float))
+    if kc.shape[1] != kb.shape[1]:
+        raise ValueError(f"k_cand and k_base must score the same problems: {kc.shape} vs {kb.shape}")
+    var, df = seed_variance(kc, kb)
+    if df < MIN_SEED_DF:
+        raise ValueError(f"seed_bootstrap needs at least {MIN_SEED_DF + 2} runs in all to estimate the run-to-run "
+                         f"variance (got {len(kc)} candidate + {len(kb)} baseline seeds)")
+    mc, mb = kc.mean(0), kb.mean(0)
+    delta = mc.sum() / mb.sum() - 1.0
+    log_boot = np.log1p(problem_resamples(mc[:, None], mb, n_boot, seed)[:, 0])
+    rng = np.random.default_rng([seed, 1])
+    noise = np.sqrt(var * (1 / len(kc) + 1 / len(kb))) * rng.standard_t(df, n_boot)
+    lo, hi = np.expm1(np.percentile(log_boot + noise, [50 * (1 - ci), 50 * (1 + ci)]))
+    return float(delta), float(lo), float(hi)
 
 
 def fails(delta, ci_lo, ci_hi, tau: float):
@@ -58,35 +109,71 @@ def run_mismatch(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, tau: float = 0.20, n_boot: int = 10_000,
-             ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """One row per (student, configuration): D, Delta with its paired-bootstrap interval against the
-    baseline configuration of the same student, the accuracy change (points) and the verdict.
-    Several seeds of a configuration average K_x per problem first."""
+             ci: float = 0.95, seed: int = 0, references: dict | None = None) -> pd.DataFrame:
+    """One row per (student, configuration): D, Delta against its reference configuration of the same
+    student (the baseline unless `references` names another, e.g. the same training settings without
+    the mismatch), the accuracy change (points) and two verdicts:
+    - `verdict`, the paper's pre-registered rule on the problem-only paired-bootstrap interval
+      (ci_lo, ci_hi) of the seed-averaged K_x;
+    - `verdict_seeds`, the same rule on the interval of `seed_bootstrap` (ci_lo_seeds, ci_hi_seeds),
+      which also covers the seeds run; missing (None, NaN bounds) where there are too few seeds to
+      estimate the run-to-run variance. A reference configuration itself has Delta = 0 and passes.
+    Every comparison resamples the same problems (the same bootstrap seed)."""
+    references = references or {}
     fin = final_heldout(heldout)
-    k = fin.groupby(["student", "config", "prompt_id"])[["kl", "correct"]].mean().reset_index()
     D = run_mismatch(steps)
     out = []
-    for student, ks in k.groupby("student"):
-        kl = ks.pivot(index="prompt_id", columns="config", values="kl")
-        acc = ks.pivot(index="prompt_id", columns="config", values="correct")
-        if baseline not in kl:
+    for student, fs in fin.groupby("student"):
+        kl = fs.pivot_table(index="prompt_id", columns=["config", "seed"], values="kl")
+        acc = fs.groupby(["config", "prompt_id"])["correct"].mean().unstack("prompt_id")
+        configs = list(dict.fromkeys(kl.columns.get_level_values(0)))
+        if baseline not in configs:
             raise ValueError(f"no held-out results for baseline {baseline!r} on student {student!r}")
-        kl = kl.dropna()
-        configs = list(kl.columns)
-        delta, lo, hi = paired_bootstrap(kl[configs].to_numpy(), kl[baseline].to_numpy(), n_boot, ci, seed)
-        out.append(pd.DataFrame({"student": student, "config": configs, "delta": delta, "ci_lo": lo, "ci_hi": hi,
-                                 "accuracy_change": 100 * (acc[configs].mean() - acc[baseline].mean()).to_numpy()}))
-    res = pd.concat(out, ignore_index=True).merge(D, on=["student", "config"], how="left")
+        for config in configs:
+            ref = references.get(config) or baseline
+            if ref not in configs:
+                raise ValueError(f"no held-out results for {ref!r}, the reference of {config!r}, on student {student!r}")
+            both = kl[[config, ref]].dropna()  # the problems both sides scored
+            kc, kr = both[config].to_numpy().T, both[ref].to_numpy().T  # (seeds, problems)
+            delta, lo, hi = paired_bootstrap(kc.mean(0), kr.mean(0), n_boot, ci, seed)
+            lo_s = hi_s = float("nan")
+            if config == ref:
+                lo_s = hi_s = 0.0
+            elif len(kc) + len(kr) - 2 >= MIN_SEED_DF:
+                _, lo_s, hi_s = seed_bootstrap(kc, kr, n_boot, ci, seed)
+            out.append({"student": student, "config": config, "reference": ref, "delta": delta, "ci_lo": lo,
+                        "ci_hi": hi, "ci_lo_seeds": lo_s, "ci_hi_seeds": hi_s,
+                        "accuracy_change": 100 * (acc.loc[config].mean() - acc.loc[ref].mean()),
+                        "n_runs_reference": len(kr)})
+    res = pd.DataFrame(out).merge(D, on=["student", "config"], how="left")
     res["verdict"] = np.where(fails(res["delta"], res["ci_lo"], res["ci_hi"], tau), "fail", "pass")
-    cols = ["student", "config", "D", "delta", "ci_lo", "ci_hi", "accuracy_change", "verdict", "n_runs"]
+    seeds_known = res["ci_lo_seeds"].notna()
+    res["verdict_seeds"] = np.where(seeds_known, np.where(
+        fails(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), "fail", "pass"), None)
+    cols = ["student", "config", "reference", "D", "delta", "ci_lo", "ci_hi", "accuracy_change", "verdict", "n_runs",
+            "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "n_runs_reference"]
     return res[cols].sort_values(["student", "D"], ignore_index=True)
 
 
-def budget_interval(verdicts: pd.DataFrame, tau: float) -> tuple[float, float]:
-    """B_emp(tau) = [max D over passes, min D over fails], re-applying the rule at tau; NaN for an empty side."""
-    f = fails(verdicts["delta"], verdicts["ci_lo"], verdicts["ci_hi"], tau)
+RULES = {"paper": ("ci_lo", "ci_hi"), "seeds": ("ci_lo_seeds", "ci_hi_seeds")}  # rule -> its interval's columns
+
+
+def rule_fails(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> pd.Series:
+    """Re-apply the fail rule at tau with one rule's interval: True / False, and NA where that rule has no
+    interval (the seed-aware rule without enough seeds)."""
+    lo, hi = RULES[rule]
+    f = pd.Series(fails(verdicts["delta"], verdicts[lo], verdicts[hi], tau), index=verdicts.index, dtype="boolean")
+    return f.mask(verdicts[lo].isna())
+
+
+def budget_interval(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> tuple[float, float]:
+    """B_emp(tau) = [max D over passes, min D over fails], re-applying the rule at tau with the given
+    rule's interval; NaN for an empty side. Configurations the rule cannot judge are left out."""
+    f = rule_fails(verdicts, tau, rule)
     D = verdicts["D"].to_numpy(dtype=float)
-    lo = float(D[~f].max()) if (~f).any() else float("nan")
+    known = f.notna().to_numpy()
+    f = f.fillna(False).to_numpy(dtype=bool)
+    lo = float(D[known & ~f].max()) if (known & ~f).any() else float("nan")
     hi = float(D[f].min()) if f.any() else float("nan")
     return lo, hi
 
@@ -98,14 +185,44 @@ def is_consistent(lo: float, hi: float) -> bool:
 
 
 def budget_table(verdicts: pd.DataFrame, taus) -> pd.DataFrame:
+    """Per student, tau and rule (the paper's and the seed-aware one): the budget interval, whether it is
+    consistent, and how many configurations pass, fail, or cannot be judged by that rule."""
     rows = []
     for student, v in verdicts.groupby("student"):
-        for tau in taus:
-            lo, hi = budget_interval(v, tau)
-            f = fails(v["delta"], v["ci_lo"], v["ci_hi"], tau)
-            rows.append({"student": student, "tau": float(tau), "lo": lo, "hi": hi, "consistent": is_consistent(lo, hi),
-                         "n_pass": int((~f).sum()), "n_fail": int(f.sum())})
+        for rule in RULES:
+            for tau in taus:
+                lo, hi = budget_interval(v, tau, rule)
+                f = rule_fails(v, tau, rule)
+                rows.append({"student": student, "rule": rule, "tau": float(tau), "lo": lo, "hi": hi,
+                             "consistent": is_consistent(lo, hi), "n_pass": int((f == False).sum()),  # noqa: E712
+                             "n_fail": int((f == True).sum()), "n_unjudged": int(f.isna().sum())})  # noqa: E712
     return pd.DataFrame(rows)
+
+
+def seed_noise(heldout: pd.DataFrame, config: str, n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The instrument's null distribution from several seeds of one configuration (the baseline), per
+    student: every ordered pair of its seeds gives a seed-vs-seed Delta (same engine, so the true Delta
+    is 0). Returns (pairs: student, seed_a, seed_b, delta; summary per student: n_seeds, sd_single (SD
+    of one seed-vs-seed Delta), sd_run (SD of a run's log sum_x K_x), se_problem (the problem-only
+    bootstrap SE of one seed-vs-seed Delta, averaged over consecutive pairs))."""
+    fin = final_heldout(heldout[heldout["config"] == config])
+    pairs, summary = [], []
+    for student, fs in fin.groupby("student"):
+        k = fs.pivot_table(index="seed", columns="prompt_id", values="kl").dropna(axis=1)
+        seeds, K = list(k.index), k.to_numpy()
+        if len(seeds) < 2:
+            continue
+        tot = K.sum(1)
+        d = [(student, seeds[i], seeds[j], tot[i] / tot[j] - 1)
+             for i in range(len(seeds)) for j in range(len(seeds)) if i != j]
+        pairs += d
+        se = [np.std(problem_resamples(K[i][:, None], K[i + 1], n_boot, seed)[:, 0], ddof=1)
+              for i in range(len(seeds) - 1)]
+        summary.append({"student": student, "config": config, "n_seeds": len(seeds),
+                        "sd_single": float(np.std([x[3] for x in d], ddof=1)),
+                        "sd_run": float(np.std(np.log(tot), ddof=1)), "se_problem": float(np.mean(se))})
+    return (pd.DataFrame(pairs, columns=["student", "seed_a", "seed_b", "delta"]),
+            pd.DataFrame(summary, columns=["student", "config", "n_seeds", "sd_single", "sd_run", "se_problem"]))
 
 
 def admit(d_hat: float, alpha: float = 1.5, L: float = 0.41) -> bool:

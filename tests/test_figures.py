@@ -16,10 +16,12 @@ SCRIPTS = ROOT / "workflow" / "scripts"
 ROWS = [{"name": "bf16", "baseline": True}, {"name": "fp8w", "weights": "fp8_tensor"},
         {"name": "kv", "kv_cache": "fp8_e4m3"}, {"name": "k2", "staleness": 2}, {"name": "n1", "noise_sigma": 0.1},
         {"name": "n3", "noise_sigma": 0.3}, {"name": "n3-tis", "noise_sigma": 0.3, "variant": "tis"},
-        {"name": "rl-bf16", "algorithm": "reinforce"}, {"name": "rl-n1", "algorithm": "reinforce", "noise_sigma": 0.1}]
+        {"name": "rl-bf16", "algorithm": "reinforce"}, {"name": "rl-n1", "algorithm": "reinforce", "noise_sigma": 0.1},
+        {"name": "k0-lo", "lr": 3e-5}, {"name": "k2-lo", "lr": 3e-5, "staleness": 2, "reference": "k0-lo"}]
 D = {"bf16": 1e-4, "fp8w": 2e-3, "kv": 5e-3, "k2": 1e-3, "n1": 0.05, "n3": 0.6, "n3-tis": 0.6, "rl-bf16": 1e-4,
-     "rl-n1": 0.05}
-SCALE = {"n3": 1.6, "n3-tis": 1.7, "rl-n1": 1.4}
+     "rl-n1": 0.05, "k0-lo": 1e-4, "k2-lo": 1e-3}
+SCALE = {"n3": 1.6, "n3-tis": 1.7, "rl-n1": 1.4, "k0-lo": 1.3, "k2-lo": 1.3 * 1.05}
+SEEDS = {"bf16": 4, "n1": 3, "n3": 3, "k0-lo": 2, "k2-lo": 2}  # one seed elsewhere
 
 
 class Files(list):
@@ -42,9 +44,10 @@ def make_runs(d: Path):
     n = 60
     base_kl = rng.gamma(2.0, 0.1, n)
     steps_files, held_files, adm_files = [], [], []
-    for r in ROWS:
-        name, rid = r["name"], f"{r['name']}.m.s0"
-        st = pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": 0, "step": np.arange(20),
+    for r, seed in ((r, s) for r in ROWS for s in range(SEEDS.get(r["name"], 1))):
+        name, rid = r["name"], f"{r['name']}.m.s{seed}"
+        run_scale = rng.lognormal(0, 0.02)  # run-to-run noise
+        st = pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": seed, "step": np.arange(20),
                            "d_n": D[name] * rng.lognormal(0, 0.1, 20), "seq_logratio_p90": 0.01,
                            "n_tokens": 500, "trained_tokens": 500, "step_s": 0.1, "rollout_s": 0.05, "teacher_s": 0.01,
                            "train_s": 0.04, "weight_sync_s": 0.001, "wait_s": 0.05 if not r.get("staleness") else 0.01,
@@ -54,15 +57,15 @@ def make_runs(d: Path):
                            "reward_mean": 0.5})
         frames = []
         for step, f in ((0, 2.0), (10, 1.4), (20, 1.0)):
-            kl = base_kl * f * (SCALE.get(name, 1.0) if step else 1.0) * rng.lognormal(0, 0.03, n)
-            frames.append(pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": 0, "step": step,
+            kl = base_kl * f * (SCALE.get(name, 1.0) * run_scale if step else 1.0) * rng.lognormal(0, 0.03, n)
+            frames.append(pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": seed, "step": step,
                                         "prompt_id": np.arange(n), "kl": kl, "kl_sampled": kl, "n_tokens": 40,
                                         "correct": 0.5 - (0.2 if name == "rl-n1" and step else 0)}))
         store.write_table(st, d / f"{rid}.steps.parquet", store.STEPS)
         store.write_table(pd.concat(frames), d / f"{rid}.heldout.parquet", store.HELDOUT)
         steps_files.append(str(d / f"{rid}.steps.parquet"))
         held_files.append(str(d / f"{rid}.heldout.parquet"))
-        if r.get("algorithm", "opd") == "opd" and not r.get("staleness") and r.get("variant", "none") == "none":
+        if seed == 0 and C.in_budget(r) and not r.get("staleness"):
             p = d / f"adm.{name}.parquet"
             store.write_table(pd.DataFrame([{"config": name, "student": "m", "d_hat": D[name] / 1.3}]), p)
             adm_files.append(str(p))
@@ -75,10 +78,11 @@ def analysis(tmp_path_factory):
     steps, held, adm = make_runs(d)
     a = d / "analysis"
     out = Files(**{k: str(a / f"{k}.parquet") for k in ("steps", "heldout", "rows", "verdicts", "budget", "admission",
-                                                         "rl")}, admission_summary=str(a / "admission_summary.json"))
+                                                         "rl", "noise", "null_deltas", "staleness_lr")},
+                admission_summary=str(a / "admission_summary.json"))
     params = SimpleNamespace(rows=[{**C.ROW_DEFAULTS, **r} for r in ROWS], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
-                             admission={"alpha": 1.5, "L": 0.41})
+                             admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4)
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
     store.write_table(pd.DataFrame([{"recipe": "fp8_e4m3", "mode": m, "layer": l, "d_hat": v} for m, l, v in
                                     [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001), ("all_but", 0, 0.001),
@@ -96,8 +100,19 @@ def test_analysis_outputs(analysis):
     v = store.read_table(analysis / "verdicts.parquet").set_index("config")
     assert v.loc["n3", "verdict"] == "fail" and v.loc["n1", "verdict"] == "pass"
     assert "rl-bf16" not in v.index  # RL runs are judged by the RL table, not the OPD rule
-    b = store.read_table(analysis / "budget.parquet").set_index("tau")
+    budget = store.read_table(analysis / "budget.parquet")
+    b = budget[budget["rule"] == "paper"].set_index("tau")
     assert b.loc[0.2, "lo"] == pytest.approx(v.loc["n1", "D"]) and b.loc[0.2, "hi"] == pytest.approx(v.loc["n3", "D"])
+    assert set(budget["rule"]) == {"paper", "seeds"}
+    # rows with their own lr or reference are not budget engines; k2-lo is measured against k0-lo
+    assert b.loc[0.2, "n_pass"] + b.loc[0.2, "n_fail"] == 6
+    assert v.loc["k2-lo", "reference"] == "k0-lo" and v.loc["n3", "reference"] == "bf16"
+    assert v.loc["k2-lo", "delta"] == pytest.approx(0.05, abs=0.05)
+    assert v.loc["n3", "verdict_seeds"] == "fail" and v.loc["n3", "ci_lo_seeds"] < v.loc["n3", "ci_lo"]
+    noise = store.read_table(analysis / "noise.parquet").set_index("student")
+    assert noise.loc["m", "n_seeds"] == 4 and len(store.read_table(analysis / "null_deltas.parquet")) == 12
+    sl = store.read_table(analysis / "staleness_lr.parquet")
+    assert sorted(zip(sl["lr"], sl["k"])) == [(3e-5, 0), (3e-5, 2), (1e-4, 0), (1e-4, 2)]
     rl = store.read_table(analysis / "rl.parquet").set_index("config")
     assert rl.loc["rl-n1", "collapsed"] and not rl.loc["rl-bf16", "collapsed"]
     assert rl.loc["rl-n1", "opd_config"] == "n1" and rl.loc["rl-n1", "opd_verdict"] == "pass"
@@ -106,10 +121,11 @@ def test_analysis_outputs(analysis):
 FIGURES = {"budget": ["verdicts", "budget", "rows"], "admission": ["admission", "admission_summary.json"],
            "kv_attribution": ["kv_attribution"], "async_throughput": ["async_throughput"],
            "memory_bound": ["memory_bound"], "rl_vs_opd": ["rl", "heldout", "steps", "rows"],
-           "mismatch_steps": ["steps", "rows"], "heldout_kl": ["heldout", "rows", "verdicts"]}
+           "mismatch_steps": ["steps", "rows"], "heldout_kl": ["heldout", "rows", "verdicts"],
+           "noise": ["null_deltas", "noise"], "staleness_lr": ["staleness_lr"]}
 TABLES = {"runs": ["verdicts", "rows"], "budget": ["budget"], "admission": ["admission", "admission_summary.json"],
           "time_to_kl": ["heldout", "steps", "rows"], "variants": ["verdicts", "rows"], "infra": ["steps", "rows"],
-          "rl": ["rl"]}
+          "rl": ["rl"], "noise": ["noise"]}
 
 
 def inputs(analysis, names):

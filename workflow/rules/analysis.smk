@@ -15,6 +15,9 @@ rule analysis:
         admission=f"{ANALYSIS}/admission.parquet",
         admission_summary=f"{ANALYSIS}/admission_summary.json",
         rl=f"{ANALYSIS}/rl.parquet",
+        noise=f"{ANALYSIS}/noise.parquet",
+        null_deltas=f"{ANALYSIS}/null_deltas.parquet",
+        staleness_lr=f"{ANALYSIS}/staleness_lr.parquet",
     params:
         rows=[{**C.ROW_DEFAULTS, **r} for r in E["rows"]],
         baseline=C.baseline_row(config)["name"],
@@ -22,5 +25,7 @@ rule analysis:
         taus=E.get("taus", [E["tau"]]),
         bootstrap=E["bootstrap"],
         admission=E["admission"],
+        primary=PRIMARY,
+        train_lr=E["train"]["lr"],
     script:
         "../scripts/analysis.py"

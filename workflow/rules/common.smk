@@ -50,8 +50,7 @@ def spec_file(kind, name, spec):
 
 def opd_engine_rows():
     """Rows that describe an engine for OPD (no staleness, no RL, no update variant): admission candidates."""
-    return [r for r in E["rows"] if r.get("algorithm", "opd") == "opd" and r.get("variant", "none") == "none"
-            and not r.get("staleness")]
+    return [r for r in E["rows"] if C.in_budget(r) and not r.get("staleness")]
 
 
 def row_students(row):

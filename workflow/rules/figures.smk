@@ -12,6 +12,8 @@ FIGURE_INPUTS = {
                   f"{ANALYSIS}/rows.parquet"],
     "mismatch_steps": [f"{ANALYSIS}/steps.parquet", f"{ANALYSIS}/rows.parquet"],
     "heldout_kl": [f"{ANALYSIS}/heldout.parquet", f"{ANALYSIS}/rows.parquet", f"{ANALYSIS}/verdicts.parquet"],
+    "noise": [f"{ANALYSIS}/null_deltas.parquet", f"{ANALYSIS}/noise.parquet"],
+    "staleness_lr": [f"{ANALYSIS}/staleness_lr.parquet"],
 }
 # The memory-bound measurement needs the tiny engine's KV budget; at paper scale it is a separate
 # 1536-responses/step experiment that the paper matrix does not hold.
@@ -114,3 +116,27 @@ rule figure_heldout_kl:
         **FIGURE_PARAMS,
     script:
         "../scripts/figure_heldout_kl.py"
+
+
+rule figure_noise:
+    input:
+        FIGURE_INPUTS["noise"],
+    output:
+        pdf=f"{FIG}/noise.pdf",
+        png=f"{FIG}/noise.png",
+    params:
+        **FIGURE_PARAMS,
+    script:
+        "../scripts/figure_noise.py"
+
+
+rule figure_staleness_lr:
+    input:
+        FIGURE_INPUTS["staleness_lr"],
+    output:
+        pdf=f"{FIG}/staleness_lr.pdf",
+        png=f"{FIG}/staleness_lr.png",
+    params:
+        **FIGURE_PARAMS,
+    script:
+        "../scripts/figure_staleness_lr.py"

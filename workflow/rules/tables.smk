@@ -7,6 +7,7 @@ TABLE_INPUTS = {
     "variants": [f"{ANALYSIS}/verdicts.parquet", f"{ANALYSIS}/rows.parquet"],
     "infra": [f"{ANALYSIS}/steps.parquet", f"{ANALYSIS}/rows.parquet"],
     "rl": [f"{ANALYSIS}/rl.parquet"],
+    "noise": [f"{ANALYSIS}/noise.parquet"],
 }
 TABLES = [f"{FIG}/tables/{name}.{ext}" for name in TABLE_INPUTS for ext in ("md", "tex")]
 TABLE_PARAMS = {"experiment": EXP, "baseline": C.baseline_row(config)["name"], "primary": PRIMARY,
@@ -95,3 +96,15 @@ rule table_rl:
         **TABLE_PARAMS,
     script:
         "../scripts/table_rl.py"
+
+
+rule table_noise:
+    input:
+        TABLE_INPUTS["noise"],
+    output:
+        md=f"{FIG}/tables/noise.md",
+        tex=f"{FIG}/tables/noise.tex",
+    params:
+        **TABLE_PARAMS,
+    script:
+        "../scripts/table_noise.py"

@@ -1,6 +1,8 @@
 """Verdicts, budget, admission record and the RL contrast, from the runs' Parquet files alone."""
+import numpy as np
 import pandas as pd
 
+from opd import config as C
 from opd import stats, store
 from opd.report import engine_key
 
@@ -40,6 +42,24 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
     return pd.DataFrame(out)
 
 
+def staleness_lr(rows: pd.DataFrame, verdicts: pd.DataFrame, student: str, train_lr: float) -> pd.DataFrame:
+    """Staleness-only OPD rows of one student (no numerics, no noise), with their learning rate: Delta
+    against each row's reference (the same lr at k = 0), D, and both rules' intervals and verdicts."""
+    r = rows[(rows["algorithm"] == "opd") & (rows["variant"] == "none") & (rows["weights"] == "none")
+             & (rows["kv_cache"] == "none") & (rows["noise_sigma"] == 0)]
+    r = r.assign(lr=r["lr"].astype(float).fillna(train_lr), k=r["staleness"].astype(int))[["name", "lr", "k"]]
+    v = verdicts[verdicts["student"] == student]
+    cols = ["config", "reference", "D", "delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds", "verdict",
+            "verdict_seeds", "n_runs"]
+    t = r.merge(v[cols], left_on="name", right_on="config").drop(columns="name")
+    # k = 0 at each lr is what that lr's stale rows are measured against: Delta = 0 by definition
+    ref = t["k"] == 0
+    t.loc[ref, ["delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds"]] = 0.0
+    t.loc[ref, ["verdict", "verdict_seeds"]] = "pass"
+    t.loc[ref, "reference"] = t.loc[ref, "config"]
+    return t.sort_values(["lr", "k"], ignore_index=True)
+
+
 def main(inp, out, params):
     steps = pd.concat([store.read_table(p) for p in inp.steps], ignore_index=True)
     heldout = pd.concat([store.read_table(p) for p in inp.heldout], ignore_index=True)
@@ -51,11 +71,21 @@ def main(inp, out, params):
 
     b = params.bootstrap
     opd = rows.loc[rows["algorithm"] == "opd", "name"]
+    references = {r["name"]: r["reference"] for r in params.rows if r["reference"]}
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
-                       tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"])
+                       tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references)
     store.write_table(v, out.verdicts)
-    engines = rows.loc[(rows["algorithm"] == "opd") & (rows["variant"] == "none"), "name"]
+    # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
+    engines = [r["name"] for r in params.rows if C.in_budget(r)]
     store.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
+    pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
+    typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
+    noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).astype(int)
+    noise["sd_used"] = noise["sd_run"] * np.sqrt(1 / noise["n_seeds_row"] + 1 / noise["n_seeds"])
+    noise["tau"] = params.tau
+    store.write_table(pairs, out.null_deltas)
+    store.write_table(noise, out.noise)
+    store.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)
 
     a = params.admission
     adm = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)

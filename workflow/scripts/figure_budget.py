@@ -1,46 +1,65 @@
-"""Paper Fig. 3: quality change Delta against run mismatch D, with the fail line and the budget band."""
+"""Paper Fig. 3: quality change Delta against run mismatch D, with the fail line and the budget band.
+
+One panel per student, each with its own legend. Where a student's configurations have seeds enough for
+the seed-aware rule, markers, error bars and the band follow that rule (the paper's rule otherwise; the
+panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range."""
 import numpy as np
 
+from opd import config as C
 from opd import report, store
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
+RULE_COLUMNS = {"seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds"), "paper": ("ci_lo", "ci_hi", "verdict")}
+RULE_TITLE = {"seeds": "seed-aware rule", "paper": "paper's rule (problems only)"}
+
+
+def panel(ax, v, budget, tau: float, student: str):
+    b = budget[budget["student"] == student]
+    seeds_ok = len(b) and (b.loc[b["rule"] == "seeds", "n_unjudged"] == 0).all() and (b["rule"] == "seeds").any()
+    rule = "seeds" if seeds_ok else "paper"
+    lo_col, hi_col, verdict_col = RULE_COLUMNS[rule]
+    bt = b[(b["rule"] == rule) & np.isclose(b["tau"], tau)]
+    if len(bt) and np.isfinite(bt["lo"].iloc[0]) and np.isfinite(bt["hi"].iloc[0]):
+        lo, hi = bt["lo"].iloc[0], bt["hi"].iloc[0]
+        if bt["consistent"].iloc[0]:
+            ax.axvspan(lo, hi, color="#fee08b", alpha=0.6, lw=0, label=f"budget [{lo:.3g}, {hi:.3g}]")
+        else:
+            ax.axvspan(hi, lo, facecolor="none", edgecolor=report.FAIL_COLOR, hatch="////", lw=0, alpha=0.5,
+                       label=f"no budget: a fail at D={hi:.3g}\nbelow a pass at D={lo:.3g}")
+    ax.axhline(100 * tau, color=report.NEUTRAL, ls="--", lw=0.7, label=f"τ = {tau:.0%}")
+    ax.axhline(0, color="#bbbbbb", lw=0.5)
+    for fam, g in v.groupby("family"):
+        for verdict, marker in (("pass", "o"), ("fail", "X")):
+            gg = g[g[verdict_col] == verdict]
+            if not len(gg):
+                continue
+            err = [100 * (gg["delta"] - gg[lo_col]).clip(lower=0), 100 * (gg[hi_col] - gg["delta"]).clip(lower=0)]
+            ax.errorbar(gg["D"].clip(lower=D_FLOOR), 100 * gg["delta"], yerr=err, fmt=marker,
+                        color=report.FAMILY_COLORS[fam], ms=4 if marker == "X" else 3.5, elinewidth=0.6, capsize=1.2,
+                        label=f"{fam} ({verdict})")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=100, linscale=2.0)  # linear within +-100%, logarithmic beyond
+    top = max(100.0, float(100 * v[hi_col].max()) if v[hi_col].notna().any() else 100.0)
+    ticks = [t for t in (-50, -20, 0, 20, 50, 100, 300, 1000, 3000, 10000) if t <= 1.5 * top]
+    ax.set_yticks(ticks, [f"{t:+d}" if t else "0" for t in ticks])
+    ax.set_xlabel("run mismatch D (nats/token, log)")
+    ax.set_ylabel("Δ held-out KL vs standard engine (%)")
+    n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
+    ax.set_title(f"student {student}: {RULE_TITLE[rule]}, {n_runs} seeds per row")
+    ax.legend(loc="upper left", frameon=False, ncol=2, fontsize=5)
 
 
 def main(inp, out, params):
     v = store.read_table(inp[0])
     budget = store.read_table(inp[1])
     rows = report.rows_frame(inp[2])
-    engines = rows[(rows["algorithm"] == "opd") & (rows["variant"] == "none")][["name", "family"]]
-    v = v.merge(engines, left_on="config", right_on="name")
+    engines = rows[[C.in_budget(r) for r in rows.to_dict("records")]]
+    v = v.merge(engines[["name", "family"]], left_on="config", right_on="name")
     students = [params.primary] + sorted(set(v["student"]) - {params.primary})
-    fig, axes = report.figure(width=report.COLUMN_WIDTH * (1 + 0.6 * (len(students) - 1)), height=2.4,
-                              ncols=len(students), sharey=True, squeeze=False,
-                              gridspec_kw={"width_ratios": [1.6] + [1] * (len(students) - 1)})
-    for ax, student in zip(axes[0], students):
-        s = v[v["student"] == student]
-        b = budget[(budget["student"] == student) & np.isclose(budget["tau"], params.tau)]
-        if len(b) and np.isfinite(b["lo"].iloc[0]) and np.isfinite(b["hi"].iloc[0]):
-            ax.axvspan(b["lo"].iloc[0], b["hi"].iloc[0], color="#fee08b", alpha=0.6, lw=0,
-                       label=f"budget [{b['lo'].iloc[0]:.3g}, {b['hi'].iloc[0]:.3g}]")
-        ax.axhline(100 * params.tau, color=report.NEUTRAL, ls="--", lw=0.7, label=f"τ = {params.tau:.0%}")
-        ax.axhline(0, color="#bbbbbb", lw=0.5)
-        for fam, g in s.groupby("family"):
-            for verdict, marker in (("pass", "o"), ("fail", "X")):
-                gg = g[g["verdict"] == verdict]
-                if not len(gg):
-                    continue
-                ax.errorbar(gg["D"].clip(lower=D_FLOOR), 100 * gg["delta"],
-                            yerr=[100 * (gg["delta"] - gg["ci_lo"]), 100 * (gg["ci_hi"] - gg["delta"])],
-                            fmt=marker, color=report.FAMILY_COLORS[fam], ms=4 if marker == "X" else 3.5,
-                            elinewidth=0.6, capsize=1.2, label=f"{fam} ({verdict})")
-        ax.set_xscale("log")
-        ax.set_yscale("symlog", linthresh=100, linscale=1.5)  # linear up to +-100%, logarithmic beyond
-        ax.set_xlabel("run mismatch D (nats/token, log)")
-        ax.set_title(f"student {student}")
-    axes[0][0].set_ylabel("Δ held-out KL vs standard engine (%, symlog)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    keep = dict(zip(labels, handles))
-    axes[0][0].legend(keep.values(), keep.keys(), loc="upper left", frameon=False, ncol=1)
+    fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),
+                              squeeze=False)
+    for ax, student in zip(axes[:, 0], students):
+        panel(ax, v[v["student"] == student], budget, params.tau, student)
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

@@ -104,11 +104,16 @@ class Engine:
     @torch.no_grad()
     def generate(self, prompts: torch.Tensor, generator: torch.Generator, max_new: int = RESPONSE_LEN) -> Rollout:
         """Sample one response per prompt row at temperature 1. A batch larger than the KV-cache budget
-        holds runs in waves (sequences that do not fit wait, as in a memory-bound engine)."""
+        holds runs in waves (sequences that do not fit wait, as in a memory-bound engine). The responses
+        are as wide as the longest one: every later position would be padding, which nothing reads."""
         cap = self.max_batch(prompts.shape[1] + max_new)
         parts = [self._generate(prompts[i:i + cap], generator, max_new) for i in range(0, len(prompts), cap)]
         self.waves += len(parts) - 1
-        resp, lp, mask = (torch.cat(x) for x in zip(*parts))
+        width = max(p[0].shape[1] for p in parts)
+
+        def widen(x, fill):
+            return torch.cat([x, torch.full((len(x), width - x.shape[1]), fill, dtype=x.dtype)], dim=1)
+        resp, lp, mask = (torch.cat([widen(p[j], fill) for p in parts]) for j, fill in enumerate((PAD_ID, 0.0, False)))
         return Rollout(prompts, resp, lp, mask, self.version or 0)
 
     def _generate(self, prompts, generator, max_new):
@@ -129,7 +134,7 @@ class Engine:
             if not alive.any() or t == max_new - 1:
                 break
             logits = self.model(resp[:, t:t + 1], cache, P + t)[:, -1]
-        return resp, lp, mask
+        return resp[:, :t + 1], lp[:, :t + 1], mask[:, :t + 1]
 
 
 def token_logprobs(model: Decoder, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

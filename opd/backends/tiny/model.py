@@ -56,6 +56,15 @@ def rotate_half(x):
     return torch.cat([-x2, x1], dim=-1)
 
 
+def decode_attention(q, k, v):
+    """Attention of one new position (q: (B, H, 1, hd)) over every cached one (k, v: (B, H_kv, L, hd)),
+    softmax in fp32 as fused kernels do. Returns (B, H, hd)."""
+    B, H, _, hd = q.shape
+    q = q.view(B, k.shape[1], H // k.shape[1], hd)  # query head h reads key/value head h // (H / H_kv)
+    w = (q @ k.transpose(-1, -2)).float().mul_(hd ** -0.5).softmax(-1).to(v.dtype)
+    return (w @ v).view(B, H, hd)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -76,10 +85,10 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         if cache is not None:  # the engine's KV cache: store (maybe quantised), read everything so far
             k, v = cache.append(layer, k, v)
-        rep = c.n_heads // c.n_kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        causal = cache is None or T > 1
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        if T == 1:  # one decode step: a plain product beats the fused kernel's set-up at these sizes
+            return self.o_proj(decode_attention(q, k, v).reshape(B, 1, -1))
+        # grouped-query attention: each key/value head serves n_heads / n_kv_heads query heads
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=c.n_heads != c.n_kv_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -117,6 +126,14 @@ class Decoder(nn.Module):
         self.model.norm = RMSNorm(cfg.d_model, cfg.rms_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
+        self._rope: dict = {}  # dtype -> (cos, sin) for every position, computed once
+
+    def rope(self, start: int, length: int, dtype):
+        n = max(self.cfg.max_seq_len, start + length)
+        if dtype not in self._rope or len(self._rope[dtype][0]) < n:
+            self._rope[dtype] = rope_tables(self.cfg, torch.arange(n), dtype)
+        cos, sin = self._rope[dtype]
+        return cos[start:start + length], sin[start:start + length]
 
     @staticmethod
     def _init(m):
@@ -128,8 +145,7 @@ class Decoder(nn.Module):
     def forward(self, idx: torch.Tensor, cache=None, start: int = 0) -> torch.Tensor:
         """Logits (B, T, V) for tokens idx (B, T) at positions start .. start + T - 1."""
         x = self.model.embed_tokens(idx)
-        pos = torch.arange(start, start + idx.shape[1])
-        cos, sin = rope_tables(self.cfg, pos, x.dtype)
+        cos, sin = self.rope(start, idx.shape[1], x.dtype)
         for i, block in enumerate(self.model.layers):
             x = block(x, cos, sin, cache, i)
         return self.lm_head(self.model.norm(x))

@@ -31,6 +31,7 @@ class Settings:
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
     lr: float = 3e-4
+    lr_schedule: str = "constant"  # or "cosine": from lr down to 0 at the last step
     eval_every: int = 25
     eval_responses: int = 4
     checkpoint_every: int = 10
@@ -40,6 +41,14 @@ class Settings:
 
     def eval_steps(self) -> list[int]:
         return C.eval_steps(self.steps, self.eval_every)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based)."""
+        if self.lr_schedule == "constant":
+            return self.lr
+        if self.lr_schedule == "cosine":
+            return self.lr * 0.5 * (1 + np.cos(np.pi * step / self.steps))
+        raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}")
 
 
 def set_threads(spec: dict) -> None:
@@ -103,7 +112,7 @@ def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, sett
     engine.load(student.state_dict())
     R = settings.eval_responses
     idx = np.repeat(np.arange(len(heldout)), R)
-    roll = engine.generate(heldout.prompts(idx), step_generator(seed, step, 99))
+    roll = engine.generate(heldout.prompts(idx), step_generator(step, 99))
     lp_s, full_s = token_logprobs(student, roll)
     lp_t, full_t = token_logprobs(teacher, roll)
     m = roll.mask.float()
@@ -200,6 +209,8 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
                 raise item
             n_got, idx, roll, sync, rollout_s = item
             assert n_got == n, (n_got, n)
+            for group in opt.param_groups:
+                group["lr"] = s.lr_at(n)
             row_out = update(student, teacher, opt, roll, idx, train, algorithm, variant, s)
             with cond:
                 versions[n + 1] = clone_state(student)

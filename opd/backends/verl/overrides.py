@@ -77,7 +77,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
     e = cfg["experiments"][experiment]
     r = {**C.ROW_DEFAULTS, **row}
     student = student or next(iter(e["students"]))
-    s, t, v = e["students"][student], e["train"], e.get("verl", {})
+    s, t, v = e["students"][student], C.run_settings(e["train"], row), e.get("verl", {})
     layout = v.get("layout", {})
     n_layers = s["layers"]
     rollout = "actor_rollout_ref.rollout"
@@ -91,6 +91,9 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         f"data.seed={seed}",
         f"actor_rollout_ref.model.path={s['model']}",
         f"actor_rollout_ref.actor.optim.lr={t['lr']}",
+        # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
+        f"actor_rollout_ref.actor.optim.lr_scheduler_type={t.get('lr_schedule', 'constant')}",
+        "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={t['prompts_per_step']}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=False",

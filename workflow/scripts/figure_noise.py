@@ -1,0 +1,38 @@
+"""The instrument's noise: seed-vs-seed Delta of the baseline engine against itself (true Delta = 0),
+per student, against tau; with the problem-only interval the paper's rule uses, for scale."""
+import numpy as np
+
+from opd import report, store
+
+
+def main(inp, out, params):
+    pairs = store.read_table(inp[0])
+    noise = store.read_table(inp[1]).set_index("student")
+    students = [s for s in [params.primary] + sorted(set(noise.index) - {params.primary}) if s in noise.index]
+    fig, ax = report.figure(height=0.5 + 0.55 * max(1, len(students)))
+    rng = np.random.default_rng(0)  # vertical jitter only
+    for i, student in enumerate(students):
+        d = 100 * pairs.loc[pairs["student"] == student, "delta"].to_numpy()
+        n = noise.loc[student]
+        ax.axhspan(i - 0.35, i + 0.35, xmin=0, xmax=1, color="#f0f0f0", lw=0, zorder=0)
+        ax.fill_betweenx([i - 0.3, i + 0.3], -196 * n["se_problem"], 196 * n["se_problem"], color="#92c5de",
+                         alpha=0.6, lw=0, label="paper's 95% interval (problems only)" if i == 0 else None)
+        ax.scatter(d, i + rng.uniform(-0.22, 0.22, len(d)), s=4, color=report.NEUTRAL, lw=0,
+                   label="one seed vs another (same engine)" if i == 0 else None)
+        ax.text(1.01, i, f"SD {100 * n['sd_single']:.1f}% ({int(n['n_seeds'])} seeds)\n"
+                f"{int(n['n_seeds_row'])} vs {int(n['n_seeds'])} seeds: {100 * n['sd_used']:.1f}%",
+                transform=ax.get_yaxis_transform(), va="center", fontsize=5)
+    tau = 100 * float(noise["tau"].iloc[0]) if len(noise) else 20.0
+    for x in (-tau, tau):
+        ax.axvline(x, color=report.FAIL_COLOR, ls="--", lw=0.7, label="±τ" if x > 0 else None)
+    ax.axvline(0, color="#bbbbbb", lw=0.5)
+    ax.set_yticks(range(len(students)), students)
+    ax.set_ylim(-0.6, len(students) - 0.4)
+    ax.set_xlabel("Δ of the standard engine against itself (%)")
+    ax.set_title("The instrument's null distribution: run-to-run noise against τ")
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False, ncol=2, fontsize=5)
+    report.save_figure(fig, out.pdf, out.png, inp)
+
+
+if "snakemake" in globals():
+    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
