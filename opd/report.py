@@ -29,6 +29,18 @@ def figure(width: float = COLUMN_WIDTH, height: float = 2.3, ncols: int = 1, nro
     return plt.subplots(nrows, ncols, figsize=(width, height), constrained_layout=True, **kw)
 
 
+def delta_axis(ax, values_pct) -> None:
+    """A y-axis for Delta in percent: linear within +-100% (so tau and the 0-50% range are readable, with
+    ticks there), logarithmic beyond for the large failures."""
+    ax.set_yscale("symlog", linthresh=100, linscale=2.0)
+    v = np.asarray(values_pct, dtype=float)
+    top = max(100.0, float(np.nanmax(v)) if np.isfinite(v).any() else 100.0)
+    bottom = min(-20.0, float(np.nanmin(v)) if np.isfinite(v).any() else -20.0)
+    ticks = [t for t in (-100, -50, -20, 0, 20, 50, 100, 300, 1000, 3000, 10000) if 1.5 * bottom <= t <= 1.5 * top]
+    ax.set_yticks(ticks, [f"{t:+d}" if t else "0" for t in ticks])
+    ax.minorticks_off()
+
+
 def input_hashes(inputs) -> dict[str, str]:
     return {str(p): provenance.sha256_file(p) for p in inputs}
 

@@ -146,3 +146,35 @@ def test_verl_settings_are_checked_before_any_job(toy_config):
     del paper["verl"]["data"]["heldout"]
     m = err(toy_config)
     assert "'paper'" in m and "heldout" in m
+
+
+@pytest.mark.parametrize("ref,msg", [("lr3e-5-k1", "is not another row"), ("nowhere", "is not another row"),
+                                     ("bad name", "does not match")])
+def test_bad_reference(toy_config, ref, msg):
+    i, r = row(toy_config, "lr3e-5-k1")
+    r["reference"] = ref
+    m = err(toy_config)
+    assert f"row {i} ('lr3e-5-k1'), field 'reference'" in m and msg in m
+
+
+def test_reference_must_run_the_rows_students(toy_config):
+    i, r = row(toy_config, "kv-e4m3")  # runs qwen-s and qwen-m
+    r["reference"] = "lr3e-5-k0"  # runs qwen-s only
+    m = err(toy_config)
+    assert f"row {i} ('kv-e4m3'), field 'reference'" in m and "does not run student(s) ['qwen-m']" in m
+
+
+@pytest.mark.parametrize("lr", [0, -1e-4, "fast"])
+def test_bad_row_lr(toy_config, lr):
+    i, r = row(toy_config, "lr3e-5-k0")
+    r["lr"] = lr
+    assert f"row {i} ('lr3e-5-k0'), field 'lr'" in err(toy_config)
+
+
+def test_row_lr_reaches_the_runs_settings_and_reference_does_not(toy_config):
+    _, r = row(toy_config, "lr3e-5-k1")
+    train = toy_config["experiments"]["toy"]["train"]
+    assert C.run_settings(train, r)["lr"] == 3e-5 and C.run_settings(train, {"name": "x"})["lr"] == train["lr"]
+    run = next(x for x in C.runs(toy_config) if x.name == "lr3e-5-k1")
+    assert "reference" not in run.params() and run.params()["lr"] == 3e-5  # editing a reference retrains nothing
+    assert not C.in_budget(r) and C.in_budget({"name": "x", "weights": "nvfp4"})

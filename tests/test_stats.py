@@ -107,3 +107,111 @@ def test_time_to_target_interpolates():
     assert stats.time_to_target(curve, 0.4) == pytest.approx(15)
     assert stats.time_to_target(curve, 1.2) == 0
     assert np.isnan(stats.time_to_target(curve, 0.1))
+
+
+# ---------------------------------------------------------------- seeds: the instrument's run-to-run noise
+
+# Noise sizes of the toy (measured on the baseline's seeds, see figures/toy/tables/noise.md): a run's
+# log sum_x K_x varies with SD ~0.02 between seeds at the toy's settings (0.065 at the first settings,
+# 8 prompts and a constant lr), a single problem's K_x by ~0.18 (log SD) between seeds; K_x across
+# problems ~ Gamma(1); the true per-problem effect of an engine varies around its mean by ~10%.
+SD_PROBLEM, SD_EFFECT, N_PROBLEMS = 0.18, 0.10, 359
+
+
+def simulate(rng, s_c, s_0, delta, sd_run, n=N_PROBLEMS):
+    """One simulated experiment: (S_c, n) candidate and (S_0, n) baseline K_x, with problems drawn from
+    a population, a per-run (seed) effect and per-run per-problem noise; the population Delta is `delta`."""
+    mu = rng.gamma(1.0, 0.04, n)
+    effect = (1 + delta) * np.exp(rng.normal(-SD_EFFECT ** 2 / 2, SD_EFFECT, n))
+
+    def runs(S, m):
+        return mu * m * np.exp(rng.normal(0, sd_run, (S, 1)) + rng.normal(-SD_PROBLEM ** 2 / 2, SD_PROBLEM, (S, n)))
+    return runs(s_c, effect), runs(s_0, 1.0)
+
+
+@pytest.mark.parametrize("sd_run", [0.018, 0.065])
+@pytest.mark.parametrize("s_c", [1, 3, 5])
+def test_seed_bootstrap_covers_the_true_delta(s_c, sd_run):
+    """A nominal 95% interval covers the true Delta 90-99% of the time over simulated experiments with
+    seed-level and problem-level noise of the sizes measured (S_0 = 8 baseline seeds)."""
+    rng = np.random.default_rng([s_c, int(sd_run * 1000)])
+    hits = []
+    for i in range(200):
+        kc, kb = simulate(rng, s_c, 8, 0.10, sd_run)
+        _, lo, hi = stats.seed_bootstrap(kc, kb, n_boot=1000, seed=i)
+        hits.append(lo <= 0.10 <= hi)
+    assert 0.90 <= np.mean(hits) <= 0.99
+
+
+def test_problem_only_interval_misses_run_to_run_noise():
+    """Why the paper's rule alone is not enough at toy scale: with the first settings' run-to-run noise,
+    the problem-only interval of one seed against one seed covers the true Delta far less than 95%."""
+    rng = np.random.default_rng(7)
+    hits = []
+    for i in range(200):
+        kc, kb = simulate(rng, 1, 1, 0.10, 0.065)
+        _, lo, hi = stats.paired_bootstrap(kc[0], kb[0], n_boot=1000, seed=i)
+        hits.append(lo <= 0.10 <= hi)
+    assert np.mean(hits) < 0.8
+
+
+def test_seed_bootstrap_needs_enough_seeds_and_aligned_problems():
+    rng = np.random.default_rng(0)
+    kc, kb = simulate(rng, 1, 2, 0.0, 0.02)
+    with pytest.raises(ValueError, match="at least 4 runs"):
+        stats.seed_bootstrap(kc, kb)
+    with pytest.raises(ValueError, match="same problems"):
+        stats.seed_bootstrap(kc[:, :10], simulate(rng, 1, 3, 0.0, 0.02)[1])
+    kc, kb = simulate(rng, 1, 3, 0.0, 0.02)
+    delta, lo, hi = stats.seed_bootstrap(kc, kb, n_boot=1000)
+    assert delta == pytest.approx(kc.mean(0).sum() / kb.mean(0).sum() - 1) and lo < delta < hi
+
+
+def test_seed_interval_widens_with_run_to_run_noise_and_narrows_with_seeds():
+    rng = np.random.default_rng(1)
+    mu = rng.gamma(1.0, 0.04, N_PROBLEMS)
+    quiet = np.stack([mu * f for f in (0.99, 1.0, 1.01)])
+    noisy = np.stack([mu * f for f in (0.8, 1.0, 1.25)])
+    w = lambda kc, kb: np.subtract(*stats.seed_bootstrap(kc, kb, n_boot=2000)[2:0:-1])  # noqa: E731  hi - lo
+    assert w(noisy, noisy[::-1] * 1.0) > 5 * w(quiet, quiet[::-1] * 1.0)
+    many = np.stack([mu * f for f in np.exp(np.random.default_rng(2).normal(0, 0.1, 12))])
+    assert w(many[:6], many[6:]) < w(many[:2], many[2:4])
+
+
+def test_verdicts_seed_aware_columns_and_references():
+    held, steps = heldout_fixture({"base": (1.0, 0.001), "ok": (1.05, 0.05), "bad": (1.5, 0.5),
+                                   "lo": (1.3, 0.001), "lo-stale": (1.3 * 1.05, 0.01)})
+    v = stats.verdicts(held, steps, "base", tau=0.2, n_boot=2000, references={"lo-stale": "lo"}).set_index("config")
+    assert v.loc["lo-stale", "reference"] == "lo" and v.loc["lo-stale", "delta"] == pytest.approx(0.05, abs=0.03)
+    assert v.loc["lo", "reference"] == "base" and v.loc["lo", "verdict"] == "fail"
+    assert v.loc["bad", "verdict_seeds"] == "fail" and v.loc["ok", "verdict_seeds"] == "pass"
+    # 2 + 2 seeds: the seed interval exists and is wider than the problem-only one
+    assert (v["ci_hi_seeds"] - v["ci_lo_seeds"]).drop("base").gt((v["ci_hi"] - v["ci_lo"]).drop("base")).all()
+    assert v.loc["base", ["ci_lo_seeds", "ci_hi_seeds"]].tolist() == [0, 0] and v.loc["base", "verdict_seeds"] == "pass"
+    one = held[held["seed"] == 0]
+    v1 = stats.verdicts(one, steps, "base", n_boot=500).set_index("config")
+    assert pd.isna(v1.loc["bad", "verdict_seeds"]) and np.isnan(v1.loc["bad", "ci_lo_seeds"])
+    with pytest.raises(ValueError, match="'nope', the reference of 'ok'"):
+        stats.verdicts(held, steps, "base", n_boot=100, references={"ok": "nope"})
+
+
+def test_budget_table_reports_both_rules():
+    v = verdict_frame([0.001, 0.1, 0.4, 0.6], [0.0, 0.25, 0.25, 0.5], [-0.01, 0.05, 0.1, 0.3], [0.01, 0.45, 0.4, 0.7])
+    v = v.assign(student="m", ci_lo_seeds=[-0.1, -0.1, 0.05, 0.2], ci_hi_seeds=[0.1, 0.6, 0.45, 0.8])
+    b = stats.budget_table(v, [0.2]).set_index("rule")
+    assert (b.loc["paper", "lo"], b.loc["paper", "hi"], b.loc["paper", "consistent"]) == (0.001, 0.1, True)
+    assert (b.loc["seeds", "lo"], b.loc["seeds", "hi"]) == (0.1, 0.4)  # the noisy fail at D = 0.1 now passes
+    v.loc[3, ["ci_lo_seeds", "ci_hi_seeds"]] = np.nan  # too few seeds: unjudged, not a pass
+    b = stats.budget_table(v, [0.2]).set_index("rule")
+    assert b.loc["seeds", "n_unjudged"] == 1 and b.loc["seeds", "n_pass"] + b.loc["seeds", "n_fail"] == 3
+
+
+def test_seed_noise_is_the_null_distribution_of_one_engine():
+    rng = np.random.default_rng(3)
+    mu = rng.gamma(1.0, 0.04, 100)
+    rows = [pd.DataFrame({"run_id": f"b.m.s{s}", "config": "b", "student": "m", "seed": s, "step": 5,
+                          "prompt_id": np.arange(100), "kl": mu * f}) for s, f in enumerate((1.0, 1.1, 0.9))]
+    pairs, summary = stats.seed_noise(pd.concat(rows), "b", n_boot=200)
+    assert len(pairs) == 6 and pairs["delta"].round(6).isin([0.1, -1 / 11, -0.1, 1 / 9, 0.2, -1 / 6]).all()
+    assert summary.loc[0, "n_seeds"] == 3 and summary.loc[0, "sd_run"] == pytest.approx(np.std(np.log([1, 1.1, 0.9]),
+                                                                                              ddof=1))

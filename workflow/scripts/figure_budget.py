@@ -38,10 +38,7 @@ def panel(ax, v, budget, tau: float, student: str):
                         color=report.FAMILY_COLORS[fam], ms=4 if marker == "X" else 3.5, elinewidth=0.6, capsize=1.2,
                         label=f"{fam} ({verdict})")
     ax.set_xscale("log")
-    ax.set_yscale("symlog", linthresh=100, linscale=2.0)  # linear within +-100%, logarithmic beyond
-    top = max(100.0, float(100 * v[hi_col].max()) if v[hi_col].notna().any() else 100.0)
-    ticks = [t for t in (-50, -20, 0, 20, 50, 100, 300, 1000, 3000, 10000) if t <= 1.5 * top]
-    ax.set_yticks(ticks, [f"{t:+d}" if t else "0" for t in ticks])
+    report.delta_axis(ax, 100 * np.concatenate([v[lo_col], v[hi_col], v["delta"]]))
     ax.set_xlabel("run mismatch D (nats/token, log)")
     ax.set_ylabel("Δ held-out KL vs standard engine (%)")
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"

@@ -9,7 +9,7 @@ def main(inp, out, params):
     pairs = store.read_table(inp[0])
     noise = store.read_table(inp[1]).set_index("student")
     students = [s for s in [params.primary] + sorted(set(noise.index) - {params.primary}) if s in noise.index]
-    fig, ax = report.figure(height=0.5 + 0.55 * max(1, len(students)))
+    fig, ax = report.figure(height=1.0 + 0.55 * max(1, len(students)))
     rng = np.random.default_rng(0)  # vertical jitter only
     for i, student in enumerate(students):
         d = 100 * pairs.loc[pairs["student"] == student, "delta"].to_numpy()
@@ -19,18 +19,19 @@ def main(inp, out, params):
                          alpha=0.6, lw=0, label="paper's 95% interval (problems only)" if i == 0 else None)
         ax.scatter(d, i + rng.uniform(-0.22, 0.22, len(d)), s=4, color=report.NEUTRAL, lw=0,
                    label="one seed vs another (same engine)" if i == 0 else None)
-        ax.text(1.01, i, f"SD {100 * n['sd_single']:.1f}% ({int(n['n_seeds'])} seeds)\n"
+        ax.text(0.99, i + 0.12, f"SD {100 * n['sd_single']:.1f}% ({int(n['n_seeds'])} seeds)\n"
                 f"{int(n['n_seeds_row'])} vs {int(n['n_seeds'])} seeds: {100 * n['sd_used']:.1f}%",
-                transform=ax.get_yaxis_transform(), va="center", fontsize=5)
+                transform=ax.get_yaxis_transform(), va="center", ha="right", fontsize=5)
     tau = 100 * float(noise["tau"].iloc[0]) if len(noise) else 20.0
     for x in (-tau, tau):
         ax.axvline(x, color=report.FAIL_COLOR, ls="--", lw=0.7, label="±τ" if x > 0 else None)
     ax.axvline(0, color="#bbbbbb", lw=0.5)
+    reach = max([1.6 * tau] + [100 * abs(pairs["delta"]).max() * 1.1] if len(pairs) else [1.6 * tau])
+    ax.set_xlim(-reach, reach)
     ax.set_yticks(range(len(students)), students)
     ax.set_ylim(-0.6, len(students) - 0.4)
     ax.set_xlabel("Δ of the standard engine against itself (%)")
-    ax.set_title("The instrument's null distribution: run-to-run noise against τ")
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.08), frameon=False, ncol=2, fontsize=5)
+    fig.legend(loc="outside lower center", frameon=False, ncol=2, fontsize=5)
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

@@ -27,7 +27,7 @@ def main(inp, out, params):
         a_d.plot(x, g["D"].clip(lower=1e-6), color=colors[lr], marker="o", ms=3, lw=0.8, label=f"lr {lr:.0e}")
     a_delta.axhline(100 * params.tau, color=report.NEUTRAL, ls="--", lw=0.7, label=f"τ = {params.tau:.0%}")
     a_delta.axhline(0, color="#bbbbbb", lw=0.5)
-    a_delta.set_yscale("symlog", linthresh=100, linscale=2.0)
+    report.delta_axis(a_delta, 100 * np.concatenate([t["ci_lo"], t["ci_hi"], t["ci_lo_seeds"], t["ci_hi_seeds"]]))
     a_delta.set_ylabel("Δ vs k = 0 at the same lr (%)")
     a_delta.set_title("quality change (X: fails the rule)")
     a_d.set_yscale("log")
