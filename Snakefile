@@ -21,9 +21,11 @@ rule all:
     input:
         FIGURES,
         TABLES,
+        rules.findings.output,
 
 
 rule figures:
     input:
         FIGURES,
         TABLES,
+        rules.findings.output,

@@ -45,7 +45,9 @@ def input_hashes(inputs) -> dict[str, str]:
     return {str(p): provenance.sha256_file(p) for p in inputs}
 
 
-def _sidecar(path: Path, inputs) -> None:
+def input_sidecar(path, inputs) -> None:
+    """`<name>.inputs.json` beside an output: the sha256 of every input it was made from."""
+    path = Path(path)
     store.write_json({"output": path.name, "inputs": input_hashes(inputs)}, path.with_suffix(".inputs.json"))
 
 
@@ -56,7 +58,7 @@ def save_figure(fig, pdf, png, inputs) -> None:
     for path, meta in ((Path(pdf), {"Subject": subject, "Creator": "opd-budget", "CreationDate": None}),
                        (Path(png), {"Description": subject, "Software": "opd-budget"})):
         store.atomic_write(path, lambda tmp, p=path, m=meta: fig.savefig(tmp, format=p.suffix[1:], metadata=m))
-    _sidecar(Path(png), inputs)
+    input_sidecar(Path(png), inputs)
     plt.close(fig)
 
 
@@ -111,4 +113,4 @@ def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4,
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     store.atomic_write(Path(md), lambda tmp: Path(tmp).write_text(md_text))
     store.atomic_write(Path(tex), lambda tmp: Path(tmp).write_text("\n".join(lines)))
-    _sidecar(Path(md), inputs)
+    input_sidecar(Path(md), inputs)

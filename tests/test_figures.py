@@ -171,3 +171,24 @@ def test_verl_async_throughput_comes_from_the_staleness_runs(analysis, tmp_path)
     fig = Files(pdf=str(tmp_path / "a.pdf"), png=str(tmp_path / "a.png"))
     load("figure_async_throughput").main(Files([str(out)]), fig, SimpleNamespace())
     assert Path(fig.png).exists()
+
+
+def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
+    names = ["verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows"]
+    inp = Files(**{n: str(analysis / f"{n}.parquet") for n in names},
+                admission_summary=str(analysis / "admission_summary.json"))
+    out = Files(md=str(tmp_path / "findings.md"))
+    params = SimpleNamespace(tau=0.2, baseline="bf16", primary="m", alpha=1.5, L=0.41)
+    mod = load("findings")
+    mod.main(inp, out, params)
+    text = Path(out.md).read_text()
+    noise = store.read_table(analysis / "noise.parquet").iloc[0]
+    assert f"SD {noise['sd_single']:.1%} on m (4 seeds" in text
+    assert "Fails under the seed-aware rule (m):** n3" in text and "Budget of m at τ = 20%**, seed-aware rule" in text
+    # a changed input changes the sentence: the noise sentence follows the noise table
+    tables = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
+    tables["noise"]["sd_single"] = 0.123
+    again = mod.findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
+                         tables["staleness_lr"], tables["heldout"], tables["rows"].assign(), None, tables["rl"], 0.2,
+                         "bf16", "m")
+    assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again

@@ -108,3 +108,27 @@ rule table_noise:
         **TABLE_PARAMS,
     script:
         "../scripts/table_noise.py"
+
+
+rule findings:
+    """The findings as sentences with every number computed from the analysis files (linked by the README)."""
+    input:
+        verdicts=f"{ANALYSIS}/verdicts.parquet",
+        budget=f"{ANALYSIS}/budget.parquet",
+        noise=f"{ANALYSIS}/noise.parquet",
+        null_deltas=f"{ANALYSIS}/null_deltas.parquet",
+        staleness_lr=f"{ANALYSIS}/staleness_lr.parquet",
+        heldout=f"{ANALYSIS}/heldout.parquet",
+        rl=f"{ANALYSIS}/rl.parquet",
+        rows=f"{ANALYSIS}/rows.parquet",
+        admission_summary=f"{ANALYSIS}/admission_summary.json",
+    output:
+        md=f"{FIG}/findings.md",
+    params:
+        tau=E["tau"],
+        baseline=C.baseline_row(config)["name"],
+        primary=PRIMARY,
+        alpha=E["admission"]["alpha"],
+        L=E["admission"]["L"],
+    script:
+        "../scripts/findings.py"

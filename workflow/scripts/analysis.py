@@ -38,6 +38,7 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
                 "collapsed": bool(change <= -5) if ref_name and ref_name != r["name"] else False,
                 "opd_delta": v["delta"].get((student, opd_name), float("nan")) if opd_name else float("nan"),
                 "opd_verdict": v["verdict"].get((student, opd_name), None) if opd_name else None,
+                "opd_verdict_seeds": v["verdict_seeds"].get((student, opd_name), None) if opd_name else None,
             })
     return pd.DataFrame(out)
 
