@@ -102,17 +102,19 @@ def mismatch(logq: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> tupl
 # ---------------------------------------------------------------- held-out evaluation
 
 @torch.no_grad()
-def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, settings: Settings, seed: int,
+def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, settings: Settings, draw: int,
                  step: int) -> dict[str, np.ndarray]:
     """Per held-out problem: the exact full-vocabulary KL(student || teacher) per token on the student's
     own responses (sampled by the standard BF16 engine from the current weights), the sampled-token
-    estimate, the token count and the fraction answered right. The eval draw depends on (seed, step)
-    only, so every configuration is scored on common random numbers."""
+    estimate, the token count and the fraction answered right. The random draw depends on (draw, step)
+    only, and training runs all use draw 0: every configuration and every seed is scored on common
+    random numbers, so differences between seeds or configurations are not inflated by independent
+    evaluation draws."""
     engine = Engine(student.cfg, Numerics())
     engine.load(student.state_dict())
     R = settings.eval_responses
     idx = np.repeat(np.arange(len(heldout)), R)
-    roll = engine.generate(heldout.prompts(idx), step_generator(step, 99))
+    roll = engine.generate(heldout.prompts(idx), step_generator(step, 99, *([draw] if draw else [])))
     lp_s, full_s = token_logprobs(student, roll)
     lp_t, full_t = token_logprobs(teacher, roll)
     m = roll.mask.float()
@@ -192,7 +194,7 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
     def evaluate(step):
         if step in s.eval_steps() and not any(r["step"] == step for r in heldout_rows):
             student.eval()
-            heldout_rows.append({"step": step, **heldout_eval(student, teacher, heldout, s, seed, step)})
+            heldout_rows.append({"step": step, **heldout_eval(student, teacher, heldout, s, 0, step)})
             student.train()
 
     cond = threading.Condition()
