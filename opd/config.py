@@ -6,6 +6,7 @@ else, so adding a column to the matrix never renames existing results.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 ROW_DEFAULTS = {"weights": "none", "kv_cache": "none", "bf16_layers": [], "staleness": 0, "noise_sigma": 0.0,
                 "algorithm": "opd", "variant": "none", "speculative": False, "baseline": False, "lr": None,
                 "reference": None}
+# Training settings only the verl backend reads (the schema types every key of `train`).
+VERL_TRAIN_KEYS = ("temperature", "max_prompt_length", "max_response_length")
 # Row fields that override the experiment's training settings for that row's runs.
 TRAIN_OVERRIDES = ("lr",)
 
@@ -99,12 +102,16 @@ def _where(cfg: dict, path) -> str:
     return f"field {'.'.join(map(str, p)) or '(top level)'!r}"
 
 
+@functools.lru_cache(maxsize=1)
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(yaml.safe_load(SCHEMA.read_text()))
+
+
 def validate(cfg: dict) -> None:
     """Raise ConfigError listing every problem; return None when the config is good."""
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping")
-    schema = yaml.safe_load(SCHEMA.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator()
     errors = []
     for e in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
         msg = e.message
@@ -161,11 +168,22 @@ def cross_field_errors(cfg: dict) -> list[str]:
             if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})
-        if e.get("backend") == "verl" and t.get("eval_every") and t.get("checkpoint_every") \
-                and t["eval_every"] % t["checkpoint_every"]:
-            errors.append(f"experiment {exp!r}, field 'train.eval_every': {t['eval_every']} is not a multiple of "
-                          f"train.checkpoint_every ({t['checkpoint_every']}): the held-out evaluation reads verl's "
-                          f"checkpoints of the evaluated steps")
+        verl_only = [k for k in VERL_TRAIN_KEYS if k in t]
+        if e.get("backend") == "tiny" and verl_only:
+            errors.append(f"experiment {exp!r}, field 'train.{verl_only[0]}': a verl setting; the tiny backend's "
+                          f"task fixes its prompt and response lengths and samples at temperature 1")
+        if e.get("backend") == "verl":
+            errors += [f"experiment {exp!r}, field 'train.{k}': the verl backend needs it" for k in VERL_TRAIN_KEYS
+                       if k not in t]
+        if e.get("backend") == "verl":  # what verl 0.9.1 can run (opd.backends.verl.plan; no torch, no verl needed)
+            from opd.backends.verl import plan
+            for msg in plan.experiment_errors(e):
+                field, why = msg.split(": ", 1)
+                errors.append(f"experiment {exp!r}, field {field!r}: {why}")
+            for i, r in enumerate(e["rows"]):
+                for msg in plan.errors(r, e):
+                    field, why = msg.split(": ", 1)
+                    errors.append(f"experiment {exp!r}, row {i} ({r['name']!r}), field {field!r}: verl backend: {why}")
         if e["rows"] and baselines:
             base = next(r for r in e["rows"] if r.get("baseline"))
             missing = set(students) - set(base.get("students", [next(iter(students))]))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -44,19 +45,29 @@ def paper():
 def test_every_paper_run_composes_against_verls_config(paper):
     assert len(paper) >= 17 + 3 + 2
     for run_id, (r, ov) in paper.items():
+        k = r.resolved["staleness"]
         cfg = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
         rollout = cfg.actor_rollout_ref.rollout
         assert rollout.n == 8 and rollout.temperature == 1.0 and cfg.data.max_response_length == 16384
-        assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.trainer.total_training_steps == 200
-        assert cfg.algorithm.rollout_correction.bypass_mode is False  # decoupled: rollout_corr/kl is d_n
+        assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 8
+        assert cfg.algorithm.rollout_correction.bypass_mode is False  # decoupled: the trainer recomputes log p_old
+        assert rollout.tensor_model_parallel_size == 1  # verl's default is 2 (rollout.yaml:64)
         # verl runs inside the run folder: config.yaml's relative data paths must reach it absolute
         assert all(Path(f).is_absolute() for f in [*cfg.data.train_files, *cfg.data.val_files])
+        assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == f"{Path.cwd()}/runs/{run_id}/verl.0.jsonl"
+        if k == 0:
+            assert cfg.trainer.total_training_steps == 200 and cfg.data.train_batch_size == 8
+            assert cfg.actor_rollout_ref.hybrid_engine and cfg.trainer.save_freq == 40
+        else:
+            assert not cfg.actor_rollout_ref.hybrid_engine and cfg.data.train_batch_size == 0
+            assert cfg.rollout.total_rollout_steps == 200 * 8 and cfg.async_training.trigger_parameter_sync_step == k
+            assert cfg.trainer.save_freq == 40 // k and cfg.trainer.test_freq == 200 // k + 1
         if r.resolved["algorithm"] == "opd":
             loss = cfg.distillation.distillation_loss
             assert cfg.distillation.enabled and loss.loss_mode == "k1" and loss.use_policy_gradient
             assert not loss.use_task_rewards
         else:
-            assert not cfg.distillation.enabled
+            assert not cfg.distillation.enabled and cfg.algorithm.adv_estimator == "grpo"
         vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
         if r.resolved["kv_cache"] != "none":
             assert vllm["kv_cache_dtype"] == r.resolved["kv_cache"]
@@ -66,9 +77,9 @@ def test_every_paper_run_composes_against_verls_config(paper):
 
 
 def verl_startup_checks(cfg) -> None:
-    """What verl does with a composed config before it needs GPUs: main_ppo's validate_config (batch and
-    micro-batch sizes, the actor's dataclass), every interpolation resolved, and the rollout,
-    distillation and checkpoint-engine dataclasses its workers build."""
+    """What verl's synchronous trainer does with a composed config before it needs GPUs: main_ppo's
+    validate_config (batch and micro-batch sizes, the actor's dataclass), every interpolation resolved, and
+    the rollout, distillation and checkpoint-engine dataclasses its workers build."""
     from verl.trainer.main_ppo import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
@@ -79,11 +90,13 @@ def verl_startup_checks(cfg) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Disabled critic")
-def test_every_paper_run_passes_verls_own_startup_checks(paper):
+def test_every_synchronous_paper_run_passes_verls_own_startup_checks(paper):
     """Without token-budgeted micro-batches every paper run failed here ("Please set at least one of
-    'actor.ppo_micro_batch_size' or ..."): caught on CPU instead of after a GPU allocation."""
+    'actor.ppo_micro_batch_size' or ..."): caught on CPU instead of after a GPU allocation. (The fully-async
+    entry point does not call validate_config: test_fully_async_trainer_and_rollouter_accept_the_k_rows.)"""
     for run_id, (r, ov) in paper.items():
-        verl_startup_checks(verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY))
+        if entry_point(r.row) != ASYNC_ENTRY:
+            verl_startup_checks(verl_compose(ov, False))
     r, ov = paper["bf16.r1-7b.s0"]
     with pytest.raises(Exception, match="micro_batch_size"):
         verl_startup_checks(verl_compose(ov + ["actor_rollout_ref.actor.use_dynamic_bsz=False"], False))
@@ -138,8 +151,8 @@ def test_a_resumed_run_keeps_every_step_of_every_attempt(tmp_path, monkeypatch):
         monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log))
         logger = FileLogger("opd-budget", "run")
         for step in attempt_steps:
-            logger.log({**train[step % len(train)], "rollout_corr/kl": step / 1000 + (attempt_steps[0] == 3) / 10},
-                       step=step)
+            logger.log({**train[step % len(train)], "training/global_step": step, "actor/distillation/ppo_kl": 0.0,
+                        "rollout_corr/kl": step / 1000 + (attempt_steps[0] == 3) / 10}, step=step)
         logger.finish()
     assert [p.name for p in logparse.attempt_logs(tmp_path)] == ["verl.0.jsonl", "verl.1.jsonl"]
     shared = tmp_path / "shared.jsonl"
@@ -160,12 +173,16 @@ def test_cli_prints_every_run(capsys):
 
 
 def test_jsonl_parser_on_a_verl_log(tmp_path):
-    """The fixture's keys are verl 0.9's logger output (trainer.logger=file): a synchronous step, a
-    validation line, and a step logged again after a resume."""
+    """The fixture's keys are verl 0.9's synchronous trainer's logger output (trainer.logger=file): OPD steps,
+    a validation line, and a step logged again after a resume. (The fully-async trainer's log comes from
+    its own loop: test_fully_async_trainers_own_loop_logs_every_step_and_checkpoints_what_the_evaluation_reads.)"""
     df = logparse.parse(FIXTURES / "verl_0.9_file_logger.jsonl", run_id="r", config="c", student="s", seed=0,
                         responses_per_step=64)
     assert df["step"].tolist() == [1, 2, 3]
-    assert df.loc[0, "d_n"] == pytest.approx(0.00081) and df.loc[2, "d_n"] == pytest.approx(0.00079)
+    # d_n = rollout_corr/kl (log q - log p_old) + ppo_kl (log p_old - log p_theta)
+    assert df.loc[0, "d_n"] == pytest.approx(0.00081 + 1e-5) and df.loc[2, "d_n"] == pytest.approx(0.00079 + 3e-5)
+    # the optimised loss, not the zeroed task-reward loss OPD also logs
+    assert df["loss"].tolist() == pytest.approx([-0.021, -0.022, -0.023]) and df["staleness"].eq(0).all()
     assert df.loc[0, "n_tokens"] == round(5012.5 * 64)
     assert df.loc[0, "wait_s"] == df.loc[0, "rollout_s"] == pytest.approx(812.4)
     assert df.loc[1, "staleness"] == 0
@@ -349,8 +366,391 @@ def test_ray_workers_wait_for_the_head_to_listen():
 
 def test_admission_and_attribution_jobs_take_one_gpu_not_the_training_shape():
     from opd import launch
-    paper = C.load()["experiments"]["paper"]["slurm"]
-    assert paper["nodes"] == 2 and paper["gpus_per_node"] == 4  # a training run: teacher node + trainer node
-    shape = launch.single_job_shape(paper)
-    assert shape["nodes"] == 1 and shape["gpus_per_node"] == 1 and shape["time_min"] == paper["time_min"]
+    paper = C.load()["experiments"]["paper"]
+    spec = {"backend": "verl", "row": {"name": "bf16"}, "verl": paper["verl"]}
+    train = launch.train_shape(spec, paper["slurm"])
+    assert train["nodes"] == 2 and train["gpus_per_node"] == 4  # a training run: teacher node + trainer node
+    shape = launch.single_job_shape(train)
+    assert shape["nodes"] == 1 and shape["gpus_per_node"] == 1 and shape["time_min"] == paper["slurm"]["time_min"]
+    assert shape["tasks_per_node"] == 1
     assert "gpus_per_node" not in launch.single_job_shape({"nodes": 1, "cpus_per_task": 2})  # the toy on Slurm
+
+
+# ---- verl's fully-async trainer and rollouter, as far as they run on a CPU --------------------------------------
+
+def async_modules():
+    """verl's fully-async trainer and rollouter modules. Their imports reach verl's rollout server (uvicorn,
+    fastapi, cachetools), which verl 0.9.1 does not declare for a CPU install."""
+    for m in ("uvicorn", "fastapi", "cachetools"):
+        pytest.importorskip(m, reason=f"verl's fully-async trainer imports {m}; add it to the test extra")
+    from verl.experimental.fully_async_policy import fully_async_rollouter, fully_async_trainer
+    return fully_async_trainer, fully_async_rollouter
+
+
+@pytest.fixture(scope="module")
+def toy_verl_data(tmp_path_factory):
+    """The toy task as verl parquet and the toy tokenizer: what verl's dataset code reads on a CPU."""
+    from opd.backends.tiny.task import save_hf_tokenizer
+    out = tmp_path_factory.mktemp("toy-verl-data")
+    paths = data.toy_task(out, n_train=64, n_heldout=8)
+    save_hf_tokenizer(out / "tok")
+    return {"dir": out, **paths}
+
+
+def async_parts(cfg, log: Path, monkeypatch):
+    """verl's own fully-async trainer object for a composed config, built the way its task runner builds it
+    (fully_async_main.py:235-238, 72-75, 139-157), without Ray: the Ray actor's class itself."""
+    from transformers import AutoTokenizer
+    from verl.experimental.reward_loop import migrate_legacy_reward_impl
+    from verl.experimental.separation.utils import create_resource_pool_manager, create_role_worker_mapping
+    from verl.trainer.ppo.utils import Role
+    trainer_mod, _ = async_modules()
+    cfg.actor_rollout_ref.rollout.nnodes = cfg.rollout.nnodes
+    cfg.actor_rollout_ref.rollout.n_gpus_per_node = cfg.rollout.n_gpus_per_node
+    cfg = migrate_legacy_reward_impl(cfg)
+    mapping, wg_cls = create_role_worker_mapping(cfg)
+    roles = {r: w for r, w in mapping.items() if r != Role.Rollout}
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log))  # on the cluster: the job's runtime_env (Ray test below)
+    tok = AutoTokenizer.from_pretrained(Path(cfg.actor_rollout_ref.model.path))
+    trainer = trainer_mod.FullyAsyncTrainer.__ray_actor_class__(
+        config=cfg, tokenizer=tok, role_worker_mapping=roles, resource_pool_manager=create_resource_pool_manager(
+            cfg, roles=list(roles)), ray_worker_group_cls=wg_cls, device_name="cuda")
+    return cfg, tok, trainer
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_fully_async_trainer_and_rollouter_accept_the_k_rows(paper, toy_verl_data, tmp_path, monkeypatch):
+    """Every k > 0 paper run through verl's own FullyAsyncTrainer.__init__ and FullyAsyncRollouter.__init__
+    (their asserts: no hybrid engine, train_batch_size 0, gen_batch_size 1; the rollouter reads the data
+    set and counts its rollout steps) and the rollouter's sample arithmetic. The data paths point at the toy
+    task and the model path at the toy tokenizer (the paper's files are not on this machine); the vLLM
+    servers are stood in by their count (GPU-only)."""
+    import asyncio
+    _, rollouter_mod = async_modules()
+    rows = {r.name: (r, ov) for r, ov in paper.values() if r.resolved["staleness"] > 0}
+    assert set(rows) == {"stale-k1", "stale-k2", "stale-k4", "stale-k8", "modelopt-fp8-k8"}
+    local = [f"data.train_files=[{toy_verl_data['train']}]", f"data.val_files=[{toy_verl_data['heldout']}]",
+             f"actor_rollout_ref.model.path={toy_verl_data['dir'] / 'tok'}"]
+    for name, (r, ov) in rows.items():
+        k = r.resolved["staleness"]
+        cfg, tok, trainer = async_parts(verl_compose(ov + local, True), tmp_path / f"{name}.jsonl", monkeypatch)
+        assert trainer.required_samples == 8 and trainer.trigger_parameter_sync_step == k
+        assert trainer.resource_pool_manager.resource_pool_spec == {"trainer_pool": [4]}
+        rollouter = rollouter_mod.FullyAsyncRollouter.__ray_actor_class__(config=cfg, tokenizer=tok, device_name="cuda")
+        assert rollouter.total_rollout_steps == 200 * 8  # prompts, one at a time
+        rollouter._init_async_objects()
+        rollouter.llm_server_manager = SimpleNamespace(get_active_server_count=lambda: 4)  # the 4 vLLM replicas
+        asyncio.run(rollouter.set_max_required_samples())
+        # staleness_threshold 0: at most k batches per weight version; one optimizer step per batch
+        assert rollouter.max_required_samples == 8 * k and rollouter.total_train_steps == 200 // k
+        trainer.set_total_train_steps(rollouter.total_train_steps)
+        # ... which is why a cosine schedule is refused with k > 0 (its length would be 200 / k updates)
+        assert cfg.actor_rollout_ref.actor.optim.total_training_steps == 200 // k
+    # the overrides as they were: the hybrid engine and a train batch size, refused at start
+    r, ov = rows["stale-k2"]
+    for old in (["actor_rollout_ref.hybrid_engine=True"], ["data.train_batch_size=8"]):
+        cfg = verl_compose(ov + local + old, True)
+        with pytest.raises(AssertionError):
+            cfg, tok, trainer = async_parts(cfg, tmp_path / "old.jsonl", monkeypatch)
+            rollouter_mod.FullyAsyncRollouter.__ray_actor_class__(config=cfg, tokenizer=tok, device_name="cuda")
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A Ray cluster on this machine, started the way a multi-node training job's head starts it
+    (gpu.start_ray_head: `ray start --head` with the job's token settings, gpu.ray_env), on a free port;
+    stopped at the end. Yields (address, the Ray settings every process of the job gets)."""
+    import socket
+    from opd.backends.verl import gpu
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env = gpu.ray_env(tmp_path_factory.mktemp("ray-run"))
+    try:
+        address = gpu.start_ray_head(nodes=1, head=socket.gethostbyname(socket.gethostname()), env=env, port=port,
+                                     timeout_s=60)
+        yield address, env
+    finally:
+        gpu.stop_ray()
+
+
+# verl's driver as train_run starts it (its own process, the job's Ray settings and RAY_ADDRESS in its
+# environment): verl's run_ppo with a task runner that does only what the trainer does with its logger
+# (trainer_base.py:423, fully_async_trainer.py:128), in a Ray actor like the real one. The real TaskRunner
+# builds GPU worker groups.
+DRIVER = """
+import json, sys
+import ray
+from hydra import compose, initialize_config_dir
+from verl.trainer.main_ppo import run_ppo
+
+@ray.remote(num_cpus=0)
+class TaskRunnerLoggingOnly:
+    def run(self, config):
+        from verl.utils.tracking import Tracking
+        logger = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
+                          default_backend=list(config.trainer.logger))
+        logger.log({"rollout_corr/kl": 0.001, "actor/distillation/ppo_kl": 0.0002}, step=1)
+        logger.logger["file"].finish()
+
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=json.loads(sys.argv[2]))
+run_ppo(cfg, task_runner_class=TaskRunnerLoggingOnly)
+"""
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_verls_file_logger_in_a_ray_actor_writes_into_the_run_folder(paper, ray_head, tmp_path):
+    """verl's own run_ppo (its ray.init with the config's runtime_env) joins the cluster through
+    RAY_ADDRESS, and verl's file logger in a remote actor writes the run folder's attempt log, though no
+    process we start has VERL_FILE_LOGGER_PATH in its environment."""
+    import os
+    import subprocess
+    import sys
+    address, ray_settings = ray_head
+    r, _ = paper["bf16.r1-7b.s0"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    ov = overrides(r.row, C.load(), student=r.student, seed=r.seed, run_dir=str(run_dir),
+                   log_path=str(logparse.attempt_log(run_dir)))
+    env = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
+    out = subprocess.run([sys.executable, "-c", DRIVER, str(VERL / "trainer/config"), json.dumps(ov)], cwd=run_dir,
+                         env={**env, **ray_settings, "RAY_ADDRESS": address}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = run_dir / "verl.0.jsonl"
+    assert json.loads(log.read_text()) == {"step": 1, "data": {"rollout_corr/kl": 0.001,
+                                                               "actor/distillation/ppo_kl": 0.0002}}
+    assert logparse.attempt_log(run_dir).name == "verl.1.jsonl"  # the next attempt gets its own file
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("test_freq", [None, -1])
+def test_fully_async_trainers_own_loop_logs_every_step_and_checkpoints_what_the_evaluation_reads(
+        toy_verl_data, tmp_path, monkeypatch, test_freq):
+    """verl's FullyAsyncTrainer.fit() itself, k = 2, 8 steps: its loop, version counter, MetricsAggregator,
+    file logger and checkpoint conditions run as on the cluster; the GPU stages are stood in (the sample
+    queue hands it toy batches, the actor update reports per-step metrics, the worker group's and the
+    rollouter's save and sync record what they were asked; the rollouter is a Ray actor, as there).
+    logparse must then give every step exactly once with d_n = rollout_corr/kl + ppo_kl averaged the way
+    verl averaged it, and verl must have saved exactly the checkpoints plan.schedule names for the held-out
+    evaluation. test_freq = -1 (the earlier overrides) loses the last step's metrics."""
+    import asyncio
+
+    import ray
+    from verl import DataProto
+    from verl.utils.debug import marked_timer
+
+    from opd.backends.verl.plan import schedule
+    K, STEPS, P, N, R = 2, 8, 2, 2, 6
+    train = {"steps": STEPS, "prompts_per_step": P, "responses_per_prompt": N, "lr": 1e-5, "temperature": 1.0,
+             "max_prompt_length": 16, "max_response_length": R, "eval_every": 4, "eval_responses": 2,
+             "checkpoint_every": 4}
+    tok_dir = str(toy_verl_data["dir"] / "tok")
+    cfg = {"experiments": {"x": {"students": {"toy": {"model": tok_dir, "teacher": tok_dir, "layers": 2}}, "train": train,
+                                 "verl": {"data": {"train": str(toy_verl_data["train"]),
+                                                   "heldout": [str(toy_verl_data["heldout"])]},
+                                          "layout": {"gpus_per_node": 1}}}}}
+    row = {"name": "k2", "staleness": K}
+    log = tmp_path / "verl.0.jsonl"
+    ov = overrides(row, cfg, student="toy", seed=0, run_dir=str(tmp_path), experiment="x", log_path=str(log))
+    ov += [f"trainer.test_freq={test_freq}"] if test_freq else []
+    _, _, t = async_parts(verl_compose(ov, True), log, monkeypatch)
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False)
+    try:
+        @ray.remote(num_cpus=0)
+        class Rollouter:  # stands in for the rollouter, whose vLLM servers need GPUs
+            def get_total_produced_samples(self):
+                return 0
+
+            def get_completed_steps(self):
+                return 1
+
+            def reset_staleness(self):
+                return {"fully_async/rollouter/active_time": 3.0}
+
+            def save_checkpoint(self, folder):
+                return None
+
+        class Sync:  # the NCCL weight broadcast to the rollout replicas
+            async def update_weights(self, global_steps):
+                synced.append(global_steps)
+
+        def save(local, remote, version, max_ckpt_to_keep=None):  # the FSDP workers' checkpoint
+            Path(local).mkdir(parents=True)
+            saved.append(Path(local).parent.name)
+
+        synced, saved, fed = [], [], {}
+        t.rollouter, t.checkpoint_manager = Rollouter.remote(), Sync()
+        t.actor_rollout_wg = SimpleNamespace(save_checkpoint=save)
+        t.message_queue_client = SimpleNamespace(get_queue_size_sync=lambda: 0)
+        t.set_total_train_steps(STEPS // K)
+        gen = torch.Generator().manual_seed(0)
+
+        async def samples():  # the message queue: STEPS batches, then the end signal
+            if len(fed) == STEPS:
+                return None, None
+            B = P * N
+            lens = torch.randint(1, R + 1, (B,), generator=gen)
+            mask = (torch.arange(R)[None] < lens[:, None]).long()
+            z = torch.zeros(B, R)
+            b = DataProto.from_single_dict({
+                "prompts": torch.ones(B, 16, dtype=torch.long), "responses": torch.ones(B, R, dtype=torch.long),
+                "attention_mask": torch.cat([torch.ones(B, 16, dtype=torch.long), mask], 1), "response_mask": mask,
+                "token_level_scores": z, "token_level_rewards": z, "advantages": z, "returns": z})
+            b.meta_info.update({"trajectory_param_versions": [t.current_param_version] * B,
+                                "global_token_num": (16 + lens).tolist()})
+            fed[len(fed) + 1] = {"tokens": int(mask.sum())}
+            return 0, b
+
+        def update_actor(batch):  # the FSDP update: what verl's actor reports for the step
+            s = t.global_steps
+            with marked_timer("update_actor", t.timing_raw):
+                pass
+            fed[s].update(kl=0.001 * s, ppo_kl=0.0001 * s * ((s - 1) % K))
+            t.metrics.update({"rollout_corr/kl": fed[s]["kl"], "actor/distillation/ppo_kl": fed[s]["ppo_kl"],
+                              "actor/distillation/loss": -0.01 * s, "actor/pg_loss": 0.0, "actor/grad_norm": 1.0,
+                              "actor/entropy": 0.5})
+            return batch
+
+        t._get_samples_from_queue, t._fit_update_actor = samples, update_actor
+        for stage in ("_fit_compute_reward", "_fit_compute_log_prob", "_fit_compute_ref_log_prob", "_fit_compute_critic",
+                      "_fit_compute_advantage", "_fit_update_critic"):  # GPU worker groups
+            setattr(t, stage, lambda batch: batch)
+        asyncio.run(t.fit())
+        t.logger.logger["file"].finish()
+    finally:
+        ray.shutdown()
+
+    plan = schedule(train, K)
+    # a sync per version; the final flush syncs once more (fully_async_trainer.py:529-531)
+    assert synced == [1, 2, 3, 4] + ([4] if test_freq is None else []) and plan.save_freq == 2
+    assert saved == [f"global_step_{plan.checkpoint(s)}" for s in plan.eval_steps if s]  # global_step_2, _4
+    df = logparse.parse(log, run_id="r", config="k2", student="toy", seed=0, responses_per_step=P * N, staleness=K)
+    covered = {1: [1], 3: [2, 3], 5: [4, 5], 7: [6, 7], 8: [8]}  # the sync-triggering step joins the next record
+    if test_freq == -1:
+        covered.pop(8)  # fit() skips its last flush when version % test_freq == 0 (fully_async_trainer.py:529)
+    assert df["step"].tolist() == list(covered)
+    for _, row in df.iterrows():
+        steps = covered[row["step"]]
+        assert row["d_n"] == pytest.approx(np.mean([fed[s]["kl"] + fed[s]["ppo_kl"] for s in steps]))
+        assert row["loss"] == pytest.approx(np.mean([-0.01 * s for s in steps]))
+        assert row["n_tokens"] == sum(fed[s]["tokens"] for s in steps)
+        assert row["staleness"] == max((s - 1) % K for s in steps) and row["rollout_s"] == 3.0
+        assert (row["weight_sync_s"] > 0) == any(s % K == 0 for s in steps)  # a step that synced is covered
+
+
+def test_layout_slurm_shape_follows_verls_pool_arithmetic(paper):
+    """The Slurm job launch submits (launch.train_shape, from opd.backends.verl.layout) holds exactly the
+    GPU pools verl builds from the composed config, by verl's own code: the trainer pool (separation/utils.py
+    create_resource_pool_manager), the teacher pool and replicas (the rollouter's and trainer_base's spec;
+    the teacher manager's size check, teacher_model.py:63-72, through verl's config classes) and the rollout
+    replicas (llm_server.py:434-460: world // TP, on the trainer's GPUs for k = 0)."""
+    from verl.experimental.separation.utils import create_resource_pool_manager
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from opd import launch
+    slurm = C.load()["experiments"]["paper"]["slurm"]
+    for run_id, (r, ov) in paper.items():
+        k = r.resolved["staleness"]
+        cfg = verl_compose(ov, k > 0)
+        spec = {"backend": "verl", "row": r.row, "verl": C.load()["experiments"]["paper"]["verl"]}
+        shape = launch.train_shape(spec, slurm)
+        assert shape["tasks_per_node"] == 1 and shape["cpus_per_task"] == slurm["cpus_per_task"]
+        pools = create_resource_pool_manager(cfg, roles=[Role.Actor]).resource_pool_spec  # {"trainer_pool": [...]}
+        roll = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
+        per_replica = roll.tensor_model_parallel_size * roll.data_parallel_size * roll.pipeline_model_parallel_size
+        if k:  # the standalone rollout pool (fully_async_main.py:235-236)
+            pools["rollout_pool"] = [cfg.rollout.n_gpus_per_node] * cfg.rollout.nnodes
+            assert sum(pools["rollout_pool"]) // per_replica == 4
+        else:  # hybrid engine: the replicas share the trainer's GPUs
+            assert sum(pools["trainer_pool"]) // per_replica == 4
+        if cfg.distillation.enabled:
+            pools["teacher_pool"] = [cfg.distillation.n_gpus_per_node] * cfg.distillation.nnodes
+            (teacher,) = omega_conf_to_dataclass(cfg.distillation).teacher_models.values()
+            assert teacher.num_replicas * teacher.per_replica_world_size == sum(pools["teacher_pool"])
+        # every pool on whole nodes of the job; together they fill it
+        assert all(g == shape["gpus_per_node"] for p in pools.values() for g in p), (run_id, pools)
+        assert sum(len(p) for p in pools.values()) == shape["nodes"], (run_id, pools, shape)
+        assert shape["nodes"] == {(0, True): 2, (0, False): 1}.get((k, cfg.distillation.enabled), 3 if k else None)
+
+
+def test_d_n_is_verls_two_logged_parts_over_the_same_tokens():
+    """d_n = mean over the step's tokens of log q - log p_theta, by verl's own functions: rollout_corr/kl
+    (log q - log p_old, rollout_corr_helper.compute_offpolicy_metrics) plus the policy loss's ppo_kl
+    (log p_old - log p_theta, core_algos.compute_policy_loss_vanilla), averaged over micro-batches and ranks as
+    verl's Metric aggregation does. Exact when the step's tokens sit in micro-batches of equal token counts
+    (one micro-batch per rank, or equal lengths); otherwise the second part is weighted per micro-batch."""
+    from omegaconf import OmegaConf as OC
+    from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+    from verl.trainer.ppo.rollout_corr_helper import compute_offpolicy_metrics
+    from verl.utils.metric import AggregationType, Metric
+    g = torch.Generator().manual_seed(0)
+    B, T = 8, 12
+    q, old = -torch.rand(B, T, generator=g) * 3, -torch.rand(B, T, generator=g) * 3
+    cur = old + 0.1 * torch.randn(B, T, generator=g)
+    cfg = OC.create({"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+                     "loss_agg_mode": "token-mean", "global_batch_info": {}})
+
+    def logged(mask, micro):  # micro: lists of row indices per (rank, micro-batch)
+        kl = compute_offpolicy_metrics(old, q, mask)["kl"]
+        per_rank = []
+        for rank in micro:
+            m = Metric(AggregationType.MEAN)
+            for rows in rank:
+                _, metrics = compute_policy_loss_vanilla(old[rows], cur[rows], torch.zeros(len(rows), T), mask[rows],
+                                                         "token-mean", cfg)
+                m.append(metrics["actor/ppo_kl"])
+            per_rank.append(m)
+        return kl + Metric.aggregate_dp(per_rank)
+
+    def d_n(mask):
+        return float(((q - cur) * mask).sum() / mask.sum())
+    equal = torch.ones(B, T)
+    ragged = (torch.arange(T)[None] < torch.randint(1, T + 1, (B,), generator=g)[:, None]).float()
+    halves = [[[0, 1, 2, 3]], [[4, 5, 6, 7]]]  # 2 ranks, one micro-batch each
+    assert logged(equal, halves) == pytest.approx(d_n(equal), abs=1e-7)
+    assert logged(equal, [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]) == pytest.approx(d_n(equal), abs=1e-7)
+    assert logged(ragged, [[list(range(B))]]) == pytest.approx(d_n(ragged), abs=1e-7)  # one micro-batch
+    assert logged(ragged, halves) != pytest.approx(d_n(ragged), abs=1e-7)  # ragged micro-batches: reweighted
+
+
+def test_validation_names_what_verl_cannot_run(toy_config):
+    """Rows verl 0.9.1 cannot run, and schedules it cannot checkpoint, fail validation naming experiment,
+    row and field, before any job starts."""
+    paper = toy_config["experiments"]["paper"]
+    paper["rows"] += [{"name": "x-reinforce", "algorithm": "reinforce"},
+                      {"name": "x-center", "noise_sigma": 0.1, "variant": "score_centering"},
+                      {"name": "x-offset", "noise_sigma": 0.1, "variant": "advantage_offset"},
+                      {"name": "x-k3", "staleness": 3},
+                      {"name": "x-k2-cos", "staleness": 2, "lr": 1e-6}]
+    paper["train"]["lr_schedule"] = "cosine"
+    paper["slurm"]["nodes"] = 2
+    with pytest.raises(C.ConfigError) as e:
+        C.validate(toy_config)
+    m = str(e.value)
+    n = len(paper["rows"])
+    assert f"experiment 'paper', row {n - 5} ('x-reinforce'), field 'algorithm': verl backend: verl 0.9.1 has no" in m
+    assert f"row {n - 4} ('x-center'), field 'variant'" in m and f"row {n - 3} ('x-offset'), field 'variant'" in m
+    assert f"row {n - 2} ('x-k3'), field 'staleness'" in m and "train.checkpoint_every (40) is not a multiple of staleness 3" in m
+    assert f"row {n - 1} ('x-k2-cos'), field 'staleness'" in m and "cosine schedule would decay 2x too fast" in m
+    assert "experiment 'paper', field 'slurm.nodes': a verl run's Slurm shape follows from verl.layout" in m
+    assert "experiment 'toy'" not in m  # the tiny backend runs all of these
+
+
+def test_one_schedule_for_both_trainers():
+    """Which checkpoint the held-out evaluation reads at each evaluated step: verl's `global_step_{n}` counts
+    steps synchronously and parameter versions (k steps each) asynchronously (the asynchronous case is run
+    through verl's own loop in test_fully_async_trainers_own_loop_...)."""
+    from opd.backends.verl.plan import schedule, schedule_errors
+    t = C.load()["experiments"]["paper"]["train"]
+    for k in (0, 1, 2, 4, 8):
+        plan = schedule(t, k)
+        assert plan.eval_steps == (0, 40, 80, 120, 160, 200) and plan.save_freq * max(k, 1) == 40
+        assert [plan.checkpoint(s) for s in plan.eval_steps[1:]] == [s // max(k, 1) for s in (40, 80, 120, 160, 200)]
+        assert schedule_errors(t, k) == []
+    with pytest.raises(ValueError, match="every 8 steps"):
+        schedule(t, 8).checkpoint(50)
+    assert schedule_errors({**t, "checkpoint_every": 25, "eval_every": 50}, 2)[0][0] == "staleness"

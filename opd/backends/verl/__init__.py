@@ -1,13 +1,13 @@
 """The verl + vLLM backend: the paper-scale runs on a GPU cluster.
 
-`overrides` (CPU) turns a row into verl's Hydra overrides; `logparse` (CPU) turns verl's JSONL log into
-steps.parquet; `hook` applies the weight numerics vLLM lacks; `data` prepares verl's parquet files;
-`gpu` holds what needs GPUs (training job, held-out evaluation, admission check)."""
+`overrides` (CPU) turns a row into verl's Hydra overrides; `plan` says what verl can run of a row and
+when it checkpoints, `layout` where its processes go (both imported by config validation, so neither
+imports torch); `logparse` (CPU) turns verl's JSONL log into steps.parquet; `hook` applies the weight
+numerics vLLM lacks; `data` prepares verl's parquet files; `gpu` holds what needs GPUs (training job,
+held-out evaluation, admission check)."""
 from __future__ import annotations
 
 from pathlib import Path
-
-from .overrides import entry_point, overrides  # noqa: F401
 
 
 def train_run(spec: dict, run_dir: Path) -> None:

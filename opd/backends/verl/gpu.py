@@ -19,7 +19,9 @@ from opd import store
 from opd.quant import kv_attribution_cases
 
 from . import logparse
+from .layout import layout as layout_of
 from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
+from .plan import Schedule, schedule
 
 RAY_PORT = 6379
 
@@ -35,13 +37,13 @@ def _read_parquets(paths) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
 
 
-def _rank() -> tuple[int, int, str]:
-    """(node rank, node count, head host) inside a Slurm allocation, via submitit's job environment."""
-    import submitit
-    env = submitit.JobEnvironment()
-    head = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
-                          text=True, check=True).stdout.split()[0]
-    return env.global_rank, env.num_nodes, head
+def _allocation() -> tuple[int, str]:
+    """(node count, head host) of the Slurm allocation this task runs in; (1, this host) outside Slurm."""
+    if "SLURM_JOB_NODELIST" not in os.environ:
+        return 1, socket.gethostname()
+    hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                           text=True, check=True).stdout.split()
+    return len(hosts), hosts[0]
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, poll_s: float = 2.0) -> None:
@@ -57,55 +59,101 @@ def wait_for_port(host: str, port: int, timeout_s: float, poll_s: float = 2.0) -
             time.sleep(poll_s)
 
 
-def _ray_head(nodes: int, head: str) -> None:
-    subprocess.run(["ray", "start", "--head", f"--port={RAY_PORT}", "--disable-usage-stats"], check=True)
-    import ray
-    ray.init(address=f"{head}:{RAY_PORT}")
-    deadline = time.time() + 600
-    while len([n for n in ray.nodes() if n["Alive"]]) < nodes:
-        if time.time() > deadline:
-            raise RuntimeError(f"only {len(ray.nodes())} of {nodes} Ray nodes joined within 10 minutes")
+def ray_env(run_dir: Path) -> dict:
+    """Ray's own authentication settings for every Ray process of a multi-node job (head, workers, verl's
+    driver): token authentication with one token file in the run folder, which every node sees (the run
+    folder is on the shared filesystem). Without them the nodes would disagree whenever a ~/.ray/auth_token
+    exists (any earlier local ray.init writes one): Ray 2.60's `ray start` then turns token authentication
+    on (ray/scripts/scripts.py:1069), while a process joining by address does not (ray/_private/worker.py:1972-1977)
+    and is refused (InvalidAuthToken)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(Path(run_dir).resolve() / "slurm" / "ray_auth_token")}
+
+
+def _write_ray_token(env: dict) -> None:
+    import secrets
+    path = Path(env["RAY_AUTH_TOKEN_PATH"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(secrets.token_hex(32))
+    tmp.chmod(0o600)
+    tmp.replace(path)  # a worker never reads half a token
+
+
+def _alive_nodes(address: str, env: dict) -> int:
+    """The cluster's live node count, asked by a separate process with the job's Ray settings."""
+    code = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))"
+    r = subprocess.run([sys.executable, "-c", code, address], env={**os.environ, **env}, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"cannot reach the Ray head at {address}:\n{r.stderr[-2000:]}")
+    return int(r.stdout.split()[-1])
+
+
+def start_ray_head(nodes: int, head: str, env: dict, port: int = RAY_PORT, timeout_s: float = 600) -> str:
+    """Start Ray's head on this node with a fresh token (`env`: ray_env) and wait until `nodes` nodes (this
+    one included) have joined; returns the cluster's address, which verl's `ray.init` reads from RAY_ADDRESS
+    (Ray's own variable)."""
+    _write_ray_token(env)
+    subprocess.run(["ray", "start", "--head", f"--port={port}", "--disable-usage-stats"], check=True,
+                   env={**os.environ, **env})
+    address = f"{head}:{port}"
+    deadline = time.monotonic() + timeout_s
+    while (alive := _alive_nodes(address, env)) < nodes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {alive} of {nodes} Ray nodes joined within {timeout_s:.0f} s")
         time.sleep(5)
-    ray.shutdown()
+    return address
 
 
-def _ray_worker(head: str) -> None:
+def stop_ray() -> None:
+    subprocess.run(["ray", "stop"], check=False)
+
+
+def _ray_worker(head: str, env: dict) -> None:
     """Join the head's Ray cluster (waiting for it to start) and block until the head stops Ray."""
     wait_for_port(head, RAY_PORT, timeout_s=600)
-    subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False)
+    subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False, env={**os.environ, **env})
+
+
+def train_worker(spec: dict, run_dir: Path) -> None:
+    """Tasks 1, 2, ... of a multi-node run (one per node): lend this node's GPUs to task 0's Ray cluster
+    until task 0 stops it. Writes nothing."""
+    _ray_worker(_allocation()[1], ray_env(run_dir))
 
 
 def train_run(spec: dict, run_dir: Path) -> None:
-    """One run on the allocation: Ray across the nodes, verl's trainer on the head (resuming from its
-    own checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation on the head."""
+    """Task 0 of a run: Ray across the allocation's nodes, verl's trainer (resuming from its own
+    checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation, on this node."""
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
-    rank, nodes, head = _rank() if "SLURM_JOB_ID" in os.environ else (0, 1, socket.gethostname())
-    if rank != 0:
-        _ray_worker(head)
-        return
     row, student, seed = spec["row"], spec["student"], spec["seed"]
+    nodes, head = _allocation()
+    need = layout_of(spec["verl"], row).slurm()["nodes"]
+    if "SLURM_JOB_NODELIST" in os.environ and nodes != need:
+        raise RuntimeError(f"{spec['run_id']}: the allocation has {nodes} node(s), the row's verl layout needs {need}")
+    # verl's file logger truncates its file: every attempt gets its own (logparse reads them all); the
+    # path reaches the logger's Ray actor through the runtime_env in the overrides
     args = overrides(row, experiment_config(spec), student=student, seed=seed, run_dir=str(run_dir),
-                     experiment=spec["experiment"])
-    # verl's file logger truncates its file: every attempt gets its own (logparse reads them all)
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logparse.attempt_log(run_dir))}
+                     experiment=spec["experiment"], log_path=str(logparse.attempt_log(run_dir)))
+    env = dict(os.environ)
     try:
         if nodes > 1:
-            _ray_head(nodes, head)
-            env["RAY_ADDRESS"] = f"{head}:{RAY_PORT}"
+            env.update(ray_env(run_dir))
+            env["RAY_ADDRESS"] = start_ray_head(nodes, head, ray_env(run_dir))
         subprocess.run([sys.executable, "-m", entry_point(row), *args], check=True, env=env, cwd=run_dir)
     finally:
-        if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so the job ends
-            subprocess.run(["ray", "stop"], check=False)
+        if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so their tasks end
+            stop_ray()
     t = spec["settings"]
     logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec["run_id"],
                          config=row["name"], student=student, seed=seed,
-                         responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"])
+                         responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"],
+                         staleness=int({**C.ROW_DEFAULTS, **row}["staleness"]))
     heldout_eval(spec, run_dir)
 
 
-def _merged_checkpoint(run_dir: Path, step: int) -> Path:
-    """verl's FSDP checkpoint of a step merged into a Hugging Face folder (verl.model_merger)."""
-    src = run_dir / "verl_checkpoints" / f"global_step_{step}" / "actor"
+def _merged_checkpoint(run_dir: Path, step: int, plan: Schedule) -> Path:
+    """verl's FSDP checkpoint of the weights after `step` updates, merged into a Hugging Face folder
+    (verl.model_merger); `plan` names verl's folder (per parameter version for the async trainer)."""
+    src = run_dir / "verl_checkpoints" / f"global_step_{plan.checkpoint(step)}" / "actor"
     out = run_dir / "hf" / f"step_{step}"
     if not (out / "config.json").exists():
         subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(src),
@@ -115,62 +163,93 @@ def _merged_checkpoint(run_dir: Path, step: int) -> Path:
 
 def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> tuple[float, float, int]:
     """Over one response: the summed exact full-vocabulary KL(student || teacher) per token, the summed
-    sampled-token log ratio, and the token count. Log-softmax runs over chunks of positions so a long
-    response's full-vocabulary logits are never held in float32 at once."""
+    sampled-token log ratio, and the token count. Each model runs its decoder once; its output layer and
+    the log-softmax run over chunks of positions, so no full-vocabulary logit tensor of a long response
+    is ever held (16k positions x 152k vocabulary would be 5 GB per model in BF16). The two models may
+    sit on different devices."""
     import torch
     with torch.no_grad():
-        ls_all, lt_all = student(ids).logits[0], teacher(ids).logits[0]
-    y = ids[0, prompt_len:]
-    kl = kls = 0.0
-    for i in range(0, len(y), chunk):
-        rows = slice(prompt_len - 1 + i, prompt_len - 1 + min(i + chunk, len(y)))
-        ls, lt = ls_all[rows].float().log_softmax(-1), lt_all[rows].float().log_softmax(-1)
-        yy = y[i:i + chunk, None]
-        kl += float((ls.exp() * (ls - lt)).sum())
-        kls += float((ls.gather(1, yy) - lt.gather(1, yy)).sum())
+        hs = student.get_decoder()(ids.to(student.device)).last_hidden_state[0]
+        ht = teacher.get_decoder()(ids.to(teacher.device)).last_hidden_state[0]
+        head_s, head_t = student.get_output_embeddings(), teacher.get_output_embeddings()
+        y = ids[0, prompt_len:].to(student.device)
+        kl = kls = 0.0
+        for i in range(0, len(y), chunk):
+            rows = slice(prompt_len - 1 + i, prompt_len - 1 + min(i + chunk, len(y)))
+            ls = head_s(hs[rows]).float().log_softmax(-1)
+            lt = head_t(ht[rows]).float().log_softmax(-1).to(ls.device)
+            yy = y[i:i + chunk, None]
+            kl += float((ls.exp() * (ls - lt)).sum())
+            kls += float((ls.gather(1, yy) - lt.gather(1, yy)).sum())
     return kl, kls, len(y)
+
+
+def prompt_ids(tok, messages: list) -> list[int]:
+    """A chat's prompt token ids as the chat template writes them. The template already holds any BOS
+    (DeepSeek-R1-Distill's and Llama 3's do), so the rendered text is tokenized without adding special
+    tokens; handing vLLM the text would tokenize it with them, and a second BOS."""
+    return tok(tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True),
+               add_special_tokens=False)["input_ids"]
+
+
+def _scoring_devices() -> tuple[str, str]:
+    """Where the held-out evaluation's student and teacher scorers go: GPUs 1 and 2 when the node has them
+    (GPU 0 holds the vLLM engine; a training job's node has 4), else GPU 0 beside the engine; the CPU
+    without GPUs."""
+    import torch
+    n = torch.cuda.device_count()
+    if n == 0:
+        return "cpu", "cpu"
+    return f"cuda:{1 % n}", f"cuda:{2 % n}"
 
 
 def heldout_eval(spec: dict, run_dir: Path) -> None:
     """For each evaluation step: the student (a BF16 vLLM engine) answers every held-out problem R times;
-    student and teacher score the responses with a full forward pass in transformers; K_x is the exact
+    student and teacher score the responses with a forward pass in transformers; K_x is the exact
     full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
     serves every step: each step's merged checkpoint is loaded into it through the hook's
-    `reload_checkpoint`. The draw depends on (seed, step) only (common random numbers across rows).
-    Runs on GPUs, or on a CPU with vLLM's CPU build."""
+    `reload_checkpoint`, then vLLM's prefix cache is reset (it is on by default, and reloading weights
+    leaves it: the same prompts would reuse KV blocks the previous weights computed; verl resets it after
+    every weight sync too: workers/rollout/vllm_rollout/vllm_rollout.py:246-248,
+    vllm_async_server.py:864-870). The evaluated steps and their checkpoints come from plan.schedule, as
+    verl saved them. The draw depends on (seed, step) only (common random numbers across rows). Runs on GPUs, or on a CPU with vLLM's CPU build."""
     import torch
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     from .data import score
 
     run_dir = Path(run_dir)
     s, t = spec["student_spec"], spec["settings"]
+    plan = schedule(t, int({**C.ROW_DEFAULTS, **spec["row"]}["staleness"]))
     held = _read_parquets(spec["verl"]["data"]["heldout"])
     # scoring: BF16 on GPUs (the paper's models), float32 on a CPU (toy models, where it costs nothing)
-    device, dtype = ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    student_dev, teacher_dev = _scoring_devices()
 
-    def scorer(path):
+    def scorer(path, device):
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
 
-    teacher = scorer(s["teacher"])
+    teacher = scorer(s["teacher"], teacher_dev)
     llm = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec))
     tok = llm.get_tokenizer()
-    prompts = [tok.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True) for p in held["prompt"]]
+    prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, p)) for p in held["prompt"]]
     truth = [str(r["ground_truth"]) for r in held["reward_model"]]
     rows = []
-    for step in C.eval_steps(t["steps"], t["eval_every"]):
-        path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step))
+    for step in plan.eval_steps:
+        path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
         if step:
             llm.collective_rpc("reload_checkpoint", args=(path, {}))
+            llm.reset_prefix_cache()
         outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=spec["seed"] * 1000 + step,
                                                     max_tokens=t["max_response_length"]))
-        student = scorer(path)
+        student = scorer(path, student_dev)
         for pid, out in enumerate(outs):
             P = len(out.prompt_token_ids)
             sums = np.zeros(3)
             for c in out.outputs:
-                ids = torch.tensor([list(out.prompt_token_ids) + list(c.token_ids)], device=device)
+                ids = torch.tensor([list(out.prompt_token_ids) + list(c.token_ids)])
                 sums += _sequence_kl(student, teacher, ids, P)
             n_tok = max(sums[2], 1)
             rows.append({"step": step, "prompt_id": pid, "kl": sums[0] / n_tok, "kl_sampled": sums[1] / n_tok,
@@ -186,6 +265,7 @@ def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list
     """The candidate engine (the row's vLLM KV-cache settings, the hook's weight numerics) answers each
     chat `messages` R times: (prompt ids, response ids, the engine's log-probability of each response token)."""
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     s = spec["student_spec"]
     numerics = weight_numerics(row, spec["seed"])
@@ -193,10 +273,10 @@ def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list
     if numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
-    prompts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, m)) for m in messages]
     # the reference engine rescores prompt + response as a prompt and must still emit one token:
     # keep every sequence one position short of the context
-    room = cand.model_config.max_model_len - max(len(tok(p)["input_ids"]) for p in prompts) - 1
+    room = cand.model_config.max_model_len - max(len(p["prompt_token_ids"]) for p in prompts) - 1
     outs = cand.generate(prompts, SamplingParams(n=spec["responses"], temperature=1.0, logprobs=0,
                                                  max_tokens=min(spec["settings"]["max_response_length"], room)))
     samples = [(list(o.prompt_token_ids), list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])

@@ -37,6 +37,20 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
         yield name, out[name]
 
 
+def local_checkpoint(model: str, revision: str | None = None) -> Path:
+    """The local folder of a model vLLM was started from: the path itself, or for a Hugging Face Hub name
+    (vLLM keeps it as given in model_config.model) the snapshot in the local Hub cache, where vLLM put it.
+    Never downloads."""
+    if Path(model).is_dir():
+        return Path(model)
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(model, revision=revision, allow_patterns=["*.safetensors", "*.json"],
+                                      local_files_only=True))
+    except Exception as e:  # huggingface_hub's errors for a name it has no local copy of
+        raise FileNotFoundError(f"{model}: neither a folder nor a model in the local Hugging Face cache ({e})") from e
+
+
 def checkpoint_weights(model_dir) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) of a local Hugging Face checkpoint's safetensors files."""
     from safetensors import safe_open
@@ -78,7 +92,8 @@ class WeightNumerics(_verl_extension()):
         was started from), with `numerics` applied (default: the engine's own `opd_numerics`, if any).
         Called as `llm.collective_rpc("reload_checkpoint", args=(model_dir, numerics))`."""
         numerics = numerics if numerics is not None else self._opd_numerics()
-        weights = checkpoint_weights(model_dir or self.vllm_config.model_config.model)
+        mc = self.vllm_config.model_config
+        weights = checkpoint_weights(model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None)))
         if numerics:
             weights = transform_weights(weights, numerics, self._opd_layers())
         self.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)

@@ -1,22 +1,53 @@
 """verl's JSONL file logger (one `{"step": n, "data": {metric: value}}` per line) as steps.parquet.
+File:line are under the installed `verl` package (0.9.1).
 
-Mapping (verl 0.9 metric names):
-  d_n               rollout_corr/kl (decoupled rollout correction: mean of log q - log p_theta)
-  step_s            timing_s/step        rollout_s   timing_s/gen        train_s    timing_s/update_actor
+Which steps a record covers. The synchronous trainer logs every optimizer step. The fully-async trainer
+(k > 0) logs per parameter version: its MetricsAggregator averages (`avg`) or sums (`timing_s/*`) the
+metrics of the steps since its last log (detach_utils.py:184-300), logged under the version number
+(fully_async_trainer.py:806-809), and the step that triggers a weight sync joins the *next* record
+(fully_async_trainer.py:600-605). So a record is keyed by `training/global_step` (aggregated as `last`: the
+last optimizer step it covers) and covers the steps after the previous record's; for k > 0 steps.parquet
+has one row per record, each with the token counts and times of all the steps it covers (columns stay
+additive), and means (d_n, loss, ...) that are verl's averages over them.
+
+Mapping:
+  d_n               rollout_corr/kl + ppo_kl. rollout_corr/kl is the token mean of log q - log p_old over the
+                    step's tokens (trainer/ppo/rollout_corr_helper.py:959); ppo_kl (actor/distillation/ppo_kl
+                    for OPD, actor/ppo_kl for RL) is the mean of log p_old - log p_theta, p_theta the weights
+                    being updated (trainer/ppo/core_algos.py:1336-1340). Synchronous runs: p_old = p_theta up
+                    to numerics, ppo_kl ~ 0. k > 0: p_old is the weights the engine sampled with
+                    (fully_async_trainer.py:654-674), ppo_kl is the staleness. verl averages ppo_kl over
+                    micro-batches and ranks (workers/utils/losses.py:114-116, engine_workers.py:326-331), not
+                    over tokens: the sum is exactly PAPER.md's d_n when the micro-batches hold equal token
+                    counts, otherwise the staleness term is weighted per micro-batch (README: "Known to differ").
+  loss              actor/distillation/loss (OPD: the optimised policy-gradient loss, trainer/distillation/
+                    losses.py:219-225; actor/pg_loss is the zeroed task-reward loss there, :212-217), else
+                    actor/pg_loss
+  step_s, train_s   timing_s/step, timing_s/update_actor (summed over the covered steps)
+  rollout_s         synchronous: timing_s/gen. k > 0: fully_async/rollouter/active_time, the rollouter's
+                    generating time for the version that ended (fully_async_rollouter.py:606-615; logged in
+                    its own record under the same step, fully_async_trainer.py:783-786, merged here)
   teacher_s         timing_s/teacher if logged, else NaN (not measured): verl 0.9 has no teacher timer; its
                     agent loop asks the teacher servers for log-probs inside generation, so that time is in rollout_s
-  weight_sync_s     timing_s/update_weights, else timing_s/param_sync (fully async)
-  wait_s            timing_s/wait_for_enough_samples (fully async), else timing_s/gen (synchronous: the
-                    trainer waits for the whole rollout)
-  loss, grad_norm, entropy   actor/pg_loss, actor/grad_norm, actor/entropy
+  weight_sync_s     timing_s/update_weights (synchronous), timing_s/timing_s/param_sync (k > 0: the timer is
+                    named timing_s/param_sync and compute_timing_metrics prefixes it again,
+                    fully_async_trainer.py:729); 0 when none of the covered steps synced
+  wait_s            timing_s/gen: the synchronous trainer waits for the whole rollout; the async trainer's
+                    `gen` timer is its wait on the sample queue (fully_async_trainer.py:646-648)
+  entropy, grad_norm actor/entropy, actor/grad_norm
   response_len_mean response_length/mean      reward_mean  critic/score/mean
-  n_tokens, trained_tokens   round(response_length/mean x responses per step): an estimate, said so here
-  policy_version    the step; engine_version  fully_async/count/current_param_version at sampling, else the step
+  n_tokens, trained_tokens   round(response_length/mean x responses per step x covered steps): an estimate
+  staleness         k > 0: the largest, over the covered steps, of (step - 1) mod k, the updates between the
+                    weights that sampled a step's batch and the ones it updates (staleness_threshold = 0: every
+                    batch is sampled by the last synced weights), plus k when verl counted any trajectory a
+                    version behind (fully_async/count/stale_trajectory_processed, cumulative); 0 synchronous.
+                    An integer (store.STEPS); the covered steps' mean is (k - 1) / 2 for a full cycle
+  policy_version    the last covered step; engine_version = policy_version - staleness
   seq_logratio_p90  not logged by verl: NaN
-Validation-only lines (no rollout_corr/kl) are skipped. verl's file logger truncates its file when it
-starts, so each attempt of a run (a requeued job resumes from verl's last checkpoint) logs to its own
-file, `verl.<attempt>.jsonl` (`attempt_log`); `parse` reads them in attempt order and a step logged
-again after a resume keeps its last record, so every step appears exactly once.
+Validation-only lines are skipped. verl's file logger truncates its file when it starts, so each attempt of
+a run (a requeued job resumes from verl's last checkpoint) logs to its own file, `verl.<attempt>.jsonl`
+(`attempt_log`); `parse` reads them in attempt order and a step logged again after a resume keeps its last
+record, so every step appears exactly once.
 """
 from __future__ import annotations
 
@@ -27,6 +58,10 @@ from pathlib import Path
 import pandas as pd
 
 from opd import store
+
+STEP_KEY = "training/global_step"
+STALE_KEY = "fully_async/count/stale_trajectory_processed"
+VERSION_KEY = "fully_async/count/current_param_version"
 
 
 def attempt_log(run_dir: Path) -> Path:
@@ -40,40 +75,70 @@ def attempt_logs(run_dir: Path) -> list[Path]:
     return sorted((p for p in logs if p.name.split(".")[1].isdigit()), key=lambda p: int(p.name.split(".")[1]))
 
 
-def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed: int,
-          responses_per_step: int) -> pd.DataFrame:
-    """steps.parquet's rows from one log or from a run's attempt logs (in attempt order)."""
+def training_records(paths: list[Path]) -> dict[int, dict]:
+    """{last optimizer step covered: metrics} from the attempt logs, later attempts winning. A record
+    without rollout_corr/kl that precedes a training record under the same logged step (the async
+    rollouter's timing) is merged into it; validation lines are dropped."""
     records = {}
-    for path in [jsonl] if isinstance(jsonl, (str, Path)) else jsonl:
+    for path in paths:
+        pending: dict[int, dict] = {}
         with open(path) as f:
             for line in f:
                 if not line.strip():
                     continue
                 rec = json.loads(line)
-                d = rec["data"]
+                d, logged = rec["data"], int(rec["step"])
                 if "rollout_corr/kl" not in d:
+                    if not any(k.startswith("val-") for k in d):
+                        pending.setdefault(logged, {}).update(d)
                     continue
-                records[int(rec["step"])] = d
-    rows = []
+                records[int(d.get(STEP_KEY, logged))] = {**pending.pop(logged, {}), **d, "_file": str(path)}
+    return records
+
+
+def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed: int,
+          responses_per_step: int, staleness: int = 0) -> pd.DataFrame:
+    """steps.parquet's rows from one log or a run's attempt logs (in attempt order); `staleness` is the
+    row's k (trigger_parameter_sync_step; 0: the synchronous trainer)."""
+    paths = [Path(jsonl)] if isinstance(jsonl, (str, Path)) else [Path(p) for p in jsonl]
+    records = training_records(paths)
+    if not records:
+        raise ValueError(f"{', '.join(map(str, paths))}: no training steps (no line with rollout_corr/kl)")
+    k = int(staleness)
+    rows, prev_step, prev_stale = [], 0, 0.0
     for step in sorted(records):
         d = records[step]
-        g = lambda k, default=math.nan: float(d.get(k, default))  # noqa: E731
-        tokens = int(round(g("response_length/mean", 0.0) * responses_per_step))
-        engine_version = int(d.get("fully_async/count/current_param_version", step))
-        asynchronous = "timing_s/wait_for_enough_samples" in d
+        g = lambda key, default=math.nan: float(d.get(key, default))  # noqa: E731
+        covered = list(range(prev_step + 1, step + 1))
+        pg_kl = "actor/distillation/ppo_kl" if "actor/distillation/ppo_kl" in d else "actor/ppo_kl"
+        if pg_kl not in d:
+            raise ValueError(f"{d['_file']}, step {step}: no actor/distillation/ppo_kl or actor/ppo_kl, so d_n lacks "
+                             f"its log p_old - log p_theta part")
+        if k:
+            if VERSION_KEY in d and int(d[VERSION_KEY]) != (step - 1) // k:
+                raise ValueError(f"{d['_file']}, step {step}: verl's parameter version {int(d[VERSION_KEY])} is not "
+                                 f"(step - 1) // k = {(step - 1) // k}: the log is not the fully-async trainer's with "
+                                 f"trigger_parameter_sync_step = {k}")
+            stale_now = g(STALE_KEY, prev_stale)
+            stale = max((s - 1) % k for s in covered) + k * int(stale_now > prev_stale)
+            prev_stale = stale_now
+        else:
+            stale = 0
+        tokens = int(round(g("response_length/mean", 0.0) * responses_per_step * len(covered)))
         rows.append({
             "run_id": run_id, "config": config, "student": student, "seed": seed, "step": step,
-            "d_n": g("rollout_corr/kl"), "seq_logratio_p90": math.nan, "n_tokens": tokens, "trained_tokens": tokens,
-            "step_s": g("timing_s/step"), "rollout_s": g("timing_s/gen", 0.0), "teacher_s": g("timing_s/teacher"),
-            "train_s": g("timing_s/update_actor", 0.0),
-            "weight_sync_s": g("timing_s/update_weights", g("timing_s/param_sync", 0.0)),
-            "wait_s": g("timing_s/wait_for_enough_samples") if asynchronous else g("timing_s/gen", 0.0),
-            "staleness": step - engine_version, "policy_version": step, "engine_version": engine_version,
-            "loss": g("actor/pg_loss"), "grad_norm": g("actor/grad_norm"), "entropy": g("actor/entropy"),
-            "response_len_mean": g("response_length/mean"), "reward_mean": g("critic/score/mean"),
+            "d_n": g("rollout_corr/kl") + g(pg_kl), "seq_logratio_p90": math.nan, "n_tokens": tokens,
+            "trained_tokens": tokens, "step_s": g("timing_s/step"),
+            "rollout_s": g("fully_async/rollouter/active_time") if k else g("timing_s/gen", 0.0),
+            "teacher_s": g("timing_s/teacher"), "train_s": g("timing_s/update_actor", 0.0),
+            "weight_sync_s": g("timing_s/update_weights", g("timing_s/timing_s/param_sync", 0.0)),
+            "wait_s": g("timing_s/gen", 0.0), "staleness": stale, "policy_version": step,
+            "engine_version": step - stale,
+            "loss": g("actor/distillation/loss", g("actor/pg_loss")), "grad_norm": g("actor/grad_norm"),
+            "entropy": g("actor/entropy"), "response_len_mean": g("response_length/mean"),
+            "reward_mean": g("critic/score/mean"),
         })
-    if not rows:
-        raise ValueError(f"{jsonl}: no training steps (no line with rollout_corr/kl)")
+        prev_step = step
     return pd.DataFrame(rows)
 
 

@@ -1,16 +1,22 @@
-"""A matrix row as the Hydra overrides of verl's trainer (verl 0.9).
+"""A matrix row as the Hydra overrides of verl's trainer (verl 0.9.1; file:line below are under the
+installed `verl` package).
 
 OPD is verl's on-policy distillation with the k1 estimator used as a policy gradient and no task
 reward: A_t = log p_T - log p_theta on the rollout engine's tokens. Rollout correction runs in
-decoupled mode (the trainer recomputes log p_theta), so verl logs `rollout_corr/kl`, the masked mean
-of log q - log p_theta over the step's tokens: d_n.
+decoupled mode (the trainer recomputes log p_old), so verl logs `rollout_corr/kl`, the token mean of
+log q - log p_old over the step's tokens (trainer/ppo/rollout_corr_helper.py:959), and the policy loss
+logs `ppo_kl`, the mean of log p_old - log p_theta (trainer/ppo/core_algos.py:1336-1340); logparse adds
+them into d_n = mean of log q - log p_theta (see logparse for what verl's micro-batch averaging does to
+the second term).
 
-Staleness k: verl's fully asynchronous trainer (verl.experimental.fully_async_policy) bounds
-staleness instead of fixing it. We run it with `trigger_parameter_sync_step = k` (the rollout engine
-receives new weights every k optimizer updates), `staleness_threshold = 0` and no partial rollouts, so
-a batch is sampled with weights between 0 and k - 1 updates old (mean about (k - 1) / 2 when the
-engine is never the bottleneck); the step's actual staleness is logged per step from verl's metrics.
-k = 0 is verl's synchronous PPO trainer.
+Staleness k: verl's fully asynchronous trainer (verl.experimental.fully_async_policy) bounds staleness
+instead of fixing it. We run it with `trigger_parameter_sync_step = k` (the rollout engine receives new
+weights every k optimizer updates), `staleness_threshold = 0` and no partial rollouts: the rollouter
+generates at most k batches per weight version and then waits (fully_async_rollouter.py:1142-1162,
+598-604), so the i-th update after a sync trains on tokens sampled by weights i - 1 updates old
+(0, ..., k - 1; mean (k - 1) / 2). That trainer recomputes log p_old with the weights the engine had
+(fully_async_trainer.py:654-674), so for k > 0 `rollout_corr/kl` holds only the numerics and `ppo_kl` the
+staleness. k = 0 is verl's synchronous PPO trainer.
 
 Weight recipes vLLM lacks (Model Optimizer-style per-tensor FP8 with layers kept BF16, NVFP4
 emulation, Gaussian noise) are applied to the synced weights by opd.backends.verl.hook; the FP8 KV
@@ -22,6 +28,9 @@ import os
 
 from opd import config as C
 from opd.quant import resolve_layers
+
+from .layout import layout as layout_of
+from .plan import schedule
 
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
@@ -72,20 +81,23 @@ def weight_numerics(row: dict, seed: int) -> dict | None:
 
 
 def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, run_dir: str = ".",
-              experiment: str = "paper") -> list[str]:
-    """Hydra overrides for one run of `row` in experiment `experiment` of the validated config `cfg`."""
+              experiment: str = "paper", log_path: str | None = None) -> list[str]:
+    """Hydra overrides for one run of `row` in experiment `experiment` of the validated config `cfg`.
+    verl's file logger writes to `log_path` (default: the run folder's next attempt log)."""
+    from .logparse import attempt_log
     e = cfg["experiments"][experiment]
     r = {**C.ROW_DEFAULTS, **row}
     student = student or next(iter(e["students"]))
     s, t, v = e["students"][student], C.run_settings(e["train"], row), e.get("verl", {})
-    layout = v.get("layout", {})
     n_layers = s["layers"]
+    k = int(r["staleness"])
+    plan = schedule(t, k)
     rollout = "actor_rollout_ref.rollout"
+    log_path = os.path.abspath(log_path or attempt_log(run_dir))
     o = [
         # data paths absolute: relative ones mean the working directory's (the repository), verl runs in the run folder
         f"data.train_files={_list([os.path.abspath(v['data']['train'])])}",
         f"data.val_files={_list([os.path.abspath(f) for f in v['data']['heldout']])}",
-        f"data.train_batch_size={t['prompts_per_step']}",
         f"data.max_prompt_length={t['max_prompt_length']}",
         f"data.max_response_length={t['max_response_length']}",
         f"data.seed={seed}",
@@ -94,6 +106,8 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
         f"actor_rollout_ref.actor.optim.lr_scheduler_type={t.get('lr_schedule', 'constant')}",
         "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
+        # one mini-batch per step: one optimizer update per batch of prompts_per_step prompts (for k > 0 also
+        # the fully-async trainer's batch, required_samples = ppo_mini_batch_size: fully_async_trainer.py:159)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={t['prompts_per_step']}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=False",
@@ -109,18 +123,37 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         f"{rollout}.n={t['responses_per_prompt']}",
         f"{rollout}.temperature={t['temperature']}",
         f"{rollout}.calculate_log_probs=True",
-        "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_theta
-        f"trainer.total_training_steps={t['steps']}",
-        f"trainer.save_freq={t['checkpoint_every']}",
+        "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_old
+        f"trainer.save_freq={plan.save_freq}",
         "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={run_dir}/verl_checkpoints",
-        f"trainer.test_freq={t['eval_every']}",
+        f"trainer.default_local_dir={os.path.abspath(run_dir)}/verl_checkpoints",
+        # verl's own validation is off: the held-out evaluation (gpu.heldout_eval) is the measurement
+        "trainer.val_before_train=False",
         "trainer.logger=[console,file]",
+        # the file logger lives in a Ray actor (trainer_base.py:423, fully_async_trainer.py:128 -> tracking.py:534),
+        # possibly on another node: verl's ray.init passes this runtime_env to every worker of the job
+        # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
         "trainer.project_name=opd-budget",
         f"trainer.experiment_name={row['name']}.{student}.s{seed}",
-        f"trainer.nnodes={layout.get('nodes', 2) - layout.get('teacher_nodes', 1)}",
-        f"trainer.n_gpus_per_node={layout.get('gpus_per_node', 4)}",
+        *layout_of(v, row).overrides(),
     ]
+    if k == 0:
+        o += [f"data.train_batch_size={t['prompts_per_step']}", f"trainer.total_training_steps={t['steps']}",
+              "trainer.test_freq=-1"]
+    else:
+        o += [
+            # the fully-async trainer and rollouter refuse the hybrid engine and a train batch size
+            # (fully_async_trainer.py:75-76, fully_async_rollouter.py:348-351); the rollouter reads one
+            # prompt at a time (gen_batch_size 1, :352) until total_rollout_steps prompts
+            "actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0",
+            f"rollout.total_rollout_steps={t['steps'] * t['prompts_per_step']}",
+            f"async_training.trigger_parameter_sync_step={k}", "async_training.staleness_threshold=0",
+            "async_training.partial_rollout=False", "actor_rollout_ref.actor.use_rollout_log_probs=False",
+            # at the end fit() logs the last update's metrics only if version % test_freq != 0
+            # (fully_async_trainer.py:529-533); one more than the last version also never validates (:817-821)
+            f"trainer.test_freq={t['steps'] // k + 1}",
+        ]
     if r["algorithm"] == "opd":
         o += [
             "distillation.enabled=True",
@@ -129,19 +162,14 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
             "distillation.distillation_loss.use_task_rewards=False",
             f"distillation.teacher_models.teacher_model.model_path={s['teacher']}",
             "distillation.teacher_models.teacher_model.key=math",
-            f"distillation.nnodes={layout.get('teacher_nodes', 1)}",
-            f"distillation.n_gpus_per_node={layout.get('gpus_per_node', 4)}",
-            f"distillation.teacher_models.teacher_model.num_replicas={layout.get('gpus_per_node', 4)}",
-            "distillation.teacher_models.teacher_model.inference.tensor_model_parallel_size=1",
             "distillation.teacher_key=opd_teacher_key",
             "algorithm.adv_estimator=grpo",  # no task reward: the distillation term is the whole signal
         ]
-    else:
-        o += [f"algorithm.adv_estimator={'reinforce_plus_plus' if r['algorithm'] == 'reinforce' else 'grpo'}",
-              f"algorithm.norm_adv_by_std_in_grpo={r['algorithm'] == 'grpo'}"]
+    else:  # config validation admits only grpo here (verl has no A_t = R estimator)
+        o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True"]
     if r["variant"] == "tis":
         o += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
-    o += [f"+{rollout}.engine_kwargs.vllm.{k}={hydra_value(v)}" for k, v in vllm_kv_args(row, n_layers).items()]
+    o += [f"+{rollout}.engine_kwargs.vllm.{k_}={hydra_value(v_)}" for k_, v_ in vllm_kv_args(row, n_layers).items()]
     numerics = weight_numerics(row, seed)
     if numerics:
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
@@ -150,10 +178,4 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
     if r.get("speculative") and spec and s.get("eagle3"):
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
             {"method": spec["method"], "model": s["eagle3"], "num_speculative_tokens": spec["num_speculative_tokens"]}))
-    k = int(r["staleness"])
-    if k > 0:
-        o += [f"async_training.trigger_parameter_sync_step={k}", "async_training.staleness_threshold=0",
-              "async_training.partial_rollout=False", "actor_rollout_ref.actor.use_rollout_log_probs=False",
-              f"rollout.total_rollout_steps={t['steps'] * t['prompts_per_step']}",
-              "rollout.nnodes=1", f"rollout.n_gpus_per_node={layout.get('rollout_replicas', 4)}"]
     return o

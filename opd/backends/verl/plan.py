@@ -1,0 +1,93 @@
+"""What verl 0.9.1 can run of a row, and when a run checkpoints: the verl backend's checks that need
+neither torch nor verl (config validation runs them for every verl experiment before any job starts).
+File:line are under the installed `verl` package."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opd import config as C
+
+from .layout import layout as layout_of
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a run checkpoints and which checkpoints the held-out evaluation reads, for either trainer.
+
+    verl's synchronous trainer counts optimizer steps: it saves `global_step_{n}` when n % save_freq == 0
+    and at the last step (trainer/ppo/v1/trainer_base.py:468,481-482). The fully-async trainer counts
+    parameter versions, one per k steps: it saves `global_step_{version}` when version % save_freq == 0 and
+    at the end (fully_async_trainer.py:889-892, 924-927, 534), and a resumed run restarts at step
+    version * k + 1 (fully_async_trainer.py:1010-1011)."""
+    k: int  # optimizer steps per verl counter unit: 1 synchronous, trigger_parameter_sync_step asynchronous
+    save_freq: int  # trainer.save_freq, in verl's counter
+    eval_steps: tuple[int, ...]  # training steps the held-out evaluation scores (step 0: the student as given)
+
+    def checkpoint(self, step: int) -> int:
+        """The n of verl's `global_step_{n}` folder holding the weights after `step` optimizer steps."""
+        if step % self.k:
+            raise ValueError(f"step {step}: verl's asynchronous trainer saves only every {self.k} steps")
+        return step // self.k
+
+
+def schedule(settings: dict, staleness: int) -> Schedule:
+    """The run's Schedule from its training settings (steps, checkpoint_every, eval_every) and staleness k;
+    `schedule_errors` says which settings it cannot honour."""
+    k = max(1, int(staleness))
+    return Schedule(k=k, save_freq=settings["checkpoint_every"] // k,
+                    eval_steps=tuple(C.eval_steps(settings["steps"], settings["eval_every"])))
+
+
+def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
+    """(field, reason) for each reason verl could not checkpoint the steps the held-out evaluation reads."""
+    k, out = int(staleness), []
+    steps, every, ev = settings["steps"], settings["checkpoint_every"], settings.get("eval_every", 0)
+    if ev and every and ev % every:
+        out.append(("train.eval_every", f"{ev} is not a multiple of train.checkpoint_every ({every}): the held-out "
+                                        f"evaluation reads verl's checkpoints of the evaluated steps"))
+    if steps % every:
+        out.append(("train.steps", f"{steps} is not a multiple of train.checkpoint_every ({every}): the last "
+                                   f"step's checkpoint would not be the one a resumed run counts from"))
+    if k > 0:
+        for field, v in (("train.checkpoint_every", every), ("train.steps", steps)):
+            if v % k:
+                out.append(("staleness", f"{field} ({v}) is not a multiple of staleness {k}: verl's asynchronous "
+                                         f"trainer checkpoints once per {k} steps (one parameter version)"))
+    return out
+
+
+def errors(row: dict, experiment: dict) -> list[str]:
+    """What verl 0.9.1 cannot run of `row` in an experiment (config.yaml's shape), as `field: reason`
+    (config.py prefixes experiment and row)."""
+    r = {**C.ROW_DEFAULTS, **row}
+    t = C.run_settings(experiment["train"], row)
+    out = []
+    if r["algorithm"] == "reinforce":
+        out.append("algorithm: verl 0.9.1 has no advantage estimator with A_t = R (reinforce_plus_plus whitens the "
+                   "returns over the batch, trainer/ppo/core_algos.py:728, masked_whiten, which is score centering and scaling); "
+                   "use the tiny backend for REINFORCE")
+    if r["variant"] in ("score_centering", "advantage_offset"):
+        out.append(f"variant: {r['variant']} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
+                   f"the k1 loss (trainer/distillation/losses.py:268-286) and its policy loss must be 'vanilla' "
+                   f"(workers/config/distillation.py:106-110), so there is no place for a score baseline or offset")
+    k = int(r["staleness"])
+    if k > 0 and t.get("lr_schedule", "constant") != "constant":
+        out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "
+                   f"of parameter versions, {t['steps']} / {k} (fully_async_rollouter.py:498-501, "
+                   f"fully_async_trainer.py:356-365), so a {t['lr_schedule']} schedule would decay {k}x too fast")
+    if k > 0:  # the experiment's own settings are checked once, by experiment_errors
+        out += [f"{f}: {e}" for f, e in schedule_errors(t, k) if (f, e) not in schedule_errors(t, 0)]
+    out += [f"layout: {e}" for e in layout_of(experiment.get("verl", {}), row).errors()]
+    return out
+
+
+def experiment_errors(experiment: dict) -> list[str]:
+    """What verl cannot do with a verl experiment's own settings, as `field: reason`."""
+    out = [f"{f}: {e}" for f, e in schedule_errors(experiment["train"], 0)]
+    for key in ("nodes", "gpus_per_node"):
+        if key in experiment.get("slurm", {}):
+            out.append(f"slurm.{key}: a verl run's Slurm shape follows from verl.layout (opd.backends.verl.layout); "
+                       f"set the layout instead")
+    return out
+
+
