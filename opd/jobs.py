@@ -46,6 +46,15 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     return meta
 
 
+def train_worker(spec: dict, run_dir) -> None:
+    """Every other Slurm task of a training job (launch.CheckpointableTrain): serves task 0's run and writes
+    nothing (no run.json). The verl backend's tasks lend their node to the run's Ray cluster; the tiny
+    backend trains in task 0 alone, so its other tasks have nothing to do."""
+    if spec["backend"] == "verl":
+        from opd.backends.verl import gpu
+        gpu.train_worker(spec, Path(run_dir))
+
+
 def _progress(label: str):
     """A tqdm bar on stderr when it is a terminal, else a line every tenth of the run."""
     import sys

@@ -23,19 +23,33 @@ class JobFailed(RuntimeError):
 
 
 class CheckpointableTrain(submitit.helpers.Checkpointable):
-    """The training job as submitit runs it; on timeout/preemption it is resubmitted with the same
-    arguments and resumes from `checkpoint.pt` in the run folder."""
+    """The training job as submitit runs it, once per Slurm task: task 0 is the run (run.json, training,
+    results), the others only serve it (jobs.train_worker; a multi-node verl run has one task per node).
+    On timeout/preemption submitit's task 0 resubmits it with the same arguments (its other tasks neither
+    checkpoint nor requeue: submitit/core/job_environment.py:207-211) and it resumes from the run's last
+    checkpoint."""
 
-    def __call__(self, spec: dict, run_dir: str) -> dict:
+    def __call__(self, spec: dict, run_dir: str) -> dict | None:
         env = submitit.JobEnvironment()
+        if env.global_rank != 0:
+            return jobs.train_worker(spec, run_dir)
         return jobs.train(spec, run_dir, {"launcher": "slurm", "slurm_job_ids": [str(env.job_id)]})
+
+
+def train_shape(spec: dict, slurm: dict) -> dict:
+    """A training job's Slurm shape: the site's and the experiment's settings, and for the verl backend the
+    nodes, GPUs and tasks its layout needs (opd.backends.verl.layout; not written separately)."""
+    if spec["backend"] != "verl":
+        return dict(slurm)
+    from opd.backends.verl.layout import layout
+    return {**slurm, **layout(spec["verl"], spec["row"]).slurm()}
 
 
 def run_train(spec: dict, run_dir, launcher: dict) -> dict:
     if launcher["launcher"] == "local":
         return jobs.train(spec, run_dir)
-    return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir), launcher.get("slurm", {}),
-                           name=spec["run_id"])
+    return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir),
+                           train_shape(spec, launcher.get("slurm", {})), name=spec["run_id"])
 
 
 def run_job(fn, spec: dict, out: Path, launcher: dict):
@@ -50,7 +64,7 @@ def run_job(fn, spec: dict, out: Path, launcher: dict):
 def single_job_shape(slurm: dict) -> dict:
     """The Slurm shape of a job that is one process on at most one GPU (the vLLM engines of one student),
     from the site's and the experiment's training-job shape."""
-    shape = {**slurm, "nodes": 1}
+    shape = {**slurm, "nodes": 1, "tasks_per_node": 1}
     if shape.get("gpus_per_node"):
         shape["gpus_per_node"] = 1
     return shape
@@ -59,8 +73,8 @@ def single_job_shape(slurm: dict) -> dict:
 def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=slurm.get("max_requeues", 3))
     params = {"name": name, "timeout_min": slurm.get("time_min", 60), "nodes": slurm.get("nodes", 1),
-              "cpus_per_task": slurm.get("cpus_per_task", 1), "mem_gb": slurm.get("mem_gb", 4),
-              "slurm_setup": slurm.get("setup", [])}
+              "tasks_per_node": slurm.get("tasks_per_node", 1), "cpus_per_task": slurm.get("cpus_per_task", 1),
+              "mem_gb": slurm.get("mem_gb", 4), "slurm_setup": slurm.get("setup", [])}
     if slurm.get("gpus_per_node"):
         params["gpus_per_node"] = slurm["gpus_per_node"]
     for key in ("partition", "account", "qos"):
@@ -96,8 +110,10 @@ def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
     poll, dead_after = slurm.get("poll_s", 5), slurm.get("dead_after_s", 120)
     gone_since = None
     while True:
-        if job.paths.result_pickle.exists():
-            return job.result()  # raises submitit's FailedJobError with the traceback on an exception
+        if _all_results(job):
+            # a job of several tasks has a result per task (job.result() refuses it: submitit/core/core.py:266-268);
+            # task 0's is the run's. Raises submitit's FailedJobError with the traceback if a task raised.
+            return job.results()[0]
         state = slurm_state(job.job_id)
         if state in ACTIVE:
             gone_since = None
@@ -106,13 +122,19 @@ def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
             if time.monotonic() - gone_since >= (poll if state else dead_after) or state in (
                     "CANCELLED", "FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
                     "TIMEOUT"):
-                time.sleep(poll)  # the result file may land just after the state changes
-                if job.paths.result_pickle.exists():
-                    return job.result()
-                raise JobFailed(f"{name}: Slurm job {job.job_id} ended without a result (state {state or 'unknown'})."
+                time.sleep(poll)  # the result files may land just after the state changes
+                if _all_results(job):
+                    return job.results()[0]
+                missing = [i for i in range(job.num_tasks) if not job.task(i).paths.result_pickle.exists()]
+                raise JobFailed(f"{name}: Slurm job {job.job_id} ended without a result (state {state or 'unknown'}"
+                                f"{'; no result from task(s) ' + str(missing) if job.num_tasks > 1 else ''})."
                                 f"\n--- tail of {job.paths.stderr} ---\n{_tail(job.paths.stderr)}"
                                 f"\n--- tail of {job.paths.stdout} ---\n{_tail(job.paths.stdout)}")
         time.sleep(poll)
+
+
+def _all_results(job) -> bool:
+    return all(job.task(i).paths.result_pickle.exists() for i in range(job.num_tasks))
 
 
 def _tail(path: Path, lines: int = 20) -> str:

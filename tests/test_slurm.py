@@ -117,3 +117,20 @@ def test_scancelled_job_fails_fast_and_clearly(slurm_cluster, tmp_path):
     assert f"Slurm job {job} ended without a result (state CANCELLED" in msg and "tail of" in msg
     assert not store.is_complete(run) and not (run / "steps.parquet").exists()
     assert (run / "checkpoint.pt").exists()  # a rerun continues from here
+
+
+def test_a_two_task_job_writes_run_json_once_and_the_rule_reads_every_tasks_result(slurm_cluster, tmp_path):
+    """A multi-node verl run is one Slurm job with a task per node (opd.backends.verl.layout); here two
+    tasks on the one test node. Only task 0 runs the run (one attempt in run.json, every step once); task 1
+    serves it (the tiny backend: nothing to do) and returns None; the waiting rule collects both results
+    (submitit's result() refuses a job with tasks) and returns task 0's."""
+    import submitit
+    spec = toy_spec(tmp_path, steps=4)
+    run = tmp_path / "run"
+    meta = launch.run_train(spec, run, {"launcher": "slurm", "slurm": {**SITE, "tasks_per_node": 2}})
+    assert meta["status"] == "complete" and meta["attempts"] == 1 and len(meta["slurm_job_ids"]) == 1
+    assert json.loads((run / "run.json").read_text()) == meta
+    assert store.read_table(run / "steps.parquet")["step"].tolist() == list(range(4))
+    job = submitit.SlurmJob(run / "slurm", meta["slurm_job_ids"][0], tasks=(0, 1))
+    assert job.num_tasks == 2 and job.results()[1] is None
+    assert "#SBATCH --ntasks-per-node=2" in next((run / "slurm").glob("*_submission.sh")).read_text()
