@@ -118,24 +118,53 @@ def test_an_unknown_key_fails_to_compose(paper):
         verl_compose(ov + ["actor_rollout_ref.rollout.not_a_key=1"], False)
 
 
-@pytest.mark.filterwarnings("ignore:Disabled critic")
-def test_the_gpu_smoke_scripts_overrides_compose(tmp_path):
-    """benchmarks/verl_smoke.py is for whoever has a GPU: its verl command must at least compose, with a
-    context that fits the toy models (prompt + response = their max_position_embeddings)."""
+def load_smoke():
     spec = importlib.util.spec_from_file_location("verl_smoke", Path(__file__).parent.parent / "benchmarks" / "verl_smoke.py")
     smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(smoke)
+    return smoke
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
+    """benchmarks/verl_smoke.py is for whoever has a GPU: on 1, 2 and 8 GPUs its default rows (one
+    synchronous, one k = 2) either fit in verl 0.9.1's pools or are refused with the reason; what fits
+    composes, passes verl's startup checks (the synchronous trainer's validate_config; the fully-async
+    trainer's and rollouter's __init__ on the exported toy model and task), and fills the node's GPUs
+    with TP 1 replicas; the context fits the toy models (prompt + response = their max_position_embeddings)."""
     from opd.backends.tiny import model as M
-    context = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt").cfg.max_seq_len
-    for row in ({"name": "kv-e4m3", "kv_cache": "fp8_e4m3"}, {"name": "nvfp4", "weights": "nvfp4"}):
-        entry, ov = smoke.command(tmp_path, row, gpus=2)
-        cfg = verl_compose(ov, entry == ASYNC_ENTRY)
-        assert cfg.trainer.total_training_steps == 2 and cfg.distillation.enabled
-        verl_startup_checks(cfg)
-        assert cfg.data.max_prompt_length + cfg.data.max_response_length <= context
+    smoke = load_smoke()
+    student = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt")
+    M.export_hf(student, tmp_path / "student")
+    data.toy_task(tmp_path)
+    sync, k2 = smoke.ROWS
+    assert sync.get("staleness", 0) == 0 and k2["staleness"] == 2
+    fits = {}
+    for gpus in (1, 2, 8):
+        for row in smoke.ROWS:
+            k = row.get("staleness", 0)
+            try:
+                entry, ov = smoke.command(tmp_path, row, gpus)
+            except ValueError as e:
+                assert f"needs {3 if k else 2} GPUs" in str(e) and f"this node has {gpus}" in str(e)
+                continue
+            fits[gpus, row["name"]] = pools = smoke.plan(gpus, k)
+            assert pools.gpus == gpus and pools.rollout_replicas == (pools.rollout or pools.trainer).gpus
+            assert (8 * 8) % pools.trainer.gpus == 0  # the step's 64 responses split evenly over the trainer
+            cfg = verl_compose(ov, entry == ASYNC_ENTRY)
+            assert cfg.trainer.total_training_steps == 2 if not k else cfg.rollout.total_rollout_steps == 16
+            assert cfg.data.max_prompt_length + cfg.data.max_response_length <= student.cfg.max_seq_len
+            if k:
+                _, rollouter_mod = async_modules()
+                cfg, tok, trainer = async_parts(cfg, tmp_path / "log.jsonl", monkeypatch)
+                rollouter_mod.FullyAsyncRollouter.__ray_actor_class__(config=cfg, tokenizer=tok, device_name="cuda")
+            else:
+                verl_startup_checks(cfg)
+    assert set(fits) == {(2, sync["name"]), (8, sync["name"]), (8, k2["name"])}  # 1 GPU: admission + evaluation
+    assert (fits[8, k2["name"]].trainer.gpus, fits[8, k2["name"]].rollout.gpus, fits[8, k2["name"]].teacher.gpus) == (4, 2, 2)
     # verl cannot score the toy task itself: it loads our reward function by path, as its reward loop does
     from verl.trainer.ppo.reward import get_custom_reward_fn
-    fn = get_custom_reward_fn(cfg)
+    fn = get_custom_reward_fn(verl_compose(smoke.command(tmp_path, sync, 2)[1], False))
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;17", ground_truth="17", extra_info={}) == 1.0
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;16", ground_truth="17", extra_info={}) == 0.0
 
@@ -253,6 +282,39 @@ def test_standalone_engine_reloads_a_checkpoint_with_or_without_the_numerics(tmp
     assert all(torch.equal(calls["weights"][k], v) for k, v in later.state_dict().items())
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
         list(hook.checkpoint_weights(tmp_path / "missing"))
+
+
+def test_the_hook_finds_a_hub_named_student_in_the_cache_vllm_downloaded_it_to(tmp_path):
+    """vLLM keeps a Hub name as model_config.model: the admission check's reload must read the cached
+    snapshot (Hugging Face's cache layout, here written by hand), and say so plainly when there is none."""
+    from opd.backends.tiny.model import export_hf
+    snap = tmp_path / "hub" / "models--org--student" / "snapshots" / ("a" * 40)
+    export_hf(tiny_model(layers=2), snap)
+    (tmp_path / "hub" / "models--org--student" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--student" / "refs" / "main").write_text("a" * 40)
+    assert hook.local_checkpoint("org/student", None, str(tmp_path / "hub")) == snap
+    assert hook.local_checkpoint(str(snap)) == snap
+    with pytest.raises(FileNotFoundError, match="org/other: neither a folder nor a model in the local"):
+        hook.local_checkpoint("org/other", None, str(tmp_path / "hub"))
+
+
+def test_prompts_reach_vllm_as_the_chat_template_writes_them(tmp_path):
+    """A chat template that writes the BOS itself (DeepSeek-R1-Distill's, Llama 3's) and a tokenizer that
+    also adds one: text handed to vLLM would start with two; gpu.prompt_ids gives the template's tokens."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from opd.backends.tiny.task import BOS_ID, make_task, save_hf_tokenizer
+    from opd.backends.verl.gpu import prompt_ids
+    save_hf_tokenizer(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    bos = tok.convert_ids_to_tokens(BOS_ID)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, BOS_ID)])
+    _, held = make_task(0)
+    messages = [{"role": "user", "content": "+".join(map(str, held.operands[3])) + "="}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert tok(text)["input_ids"].count(BOS_ID) == 2  # the premise: a tokenizer adding its own BOS
+    assert prompt_ids(tok, messages) == held.prompts([3])[0].tolist()
 
 
 def test_data_preparation(tmp_path):

@@ -47,7 +47,8 @@ def spec_for(toy, **fields) -> dict:
     return {"experiment": "cpu", "backend": "verl", "student": "toy", "seed": 0, "run_id": "x.toy.s0",
             "row": {"name": "bf16"},
             "student_spec": {"model": str(toy["dir"] / "student"), "teacher": str(toy["dir"] / "teacher"), "layers": 2},
-            "settings": {"steps": 10, "eval_every": 10, "eval_responses": 8, "max_response_length": 40},
+            "settings": {"steps": 10, "eval_every": 10, "checkpoint_every": 10, "eval_responses": 8,
+                         "max_response_length": 40},
             "verl": {"data": {"train": str(toy["data"]["train"]), "heldout": [str(toy["data"]["heldout"])]},
                      "engine": ENGINE}, **fields}
 
@@ -113,3 +114,61 @@ def test_heldout_evaluation_in_a_real_vllm_engine(toy, vllm_python, tmp_path):
     assert abs(start["correct"] - acc) < 0.12, (start["correct"], acc)
     assert 0.8 < start["n_tokens"] / tokens < 1.25, (start["n_tokens"], tokens)
     assert abs(final["correct"].mean() - teacher_acc) < 0.08 and final["correct"].mean() > start["correct"] + 0.1
+
+
+# One standalone engine through weight reloads, as the held-out evaluation uses it: generate from token
+# prompts (their full KV blocks enter vLLM's prefix cache), load another checkpoint with the hook's reload
+# alone and generate again with the same seed ("kept"), then load it with gpu.load_weights and generate
+# once more ("reset"); each sampled token's log-probability is kept. With "fresh", an engine started from
+# the checkpoint generates once. argv: spec.json, checkpoint, out.json, "reload" or "fresh".
+RELOAD = """
+import json, sys
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+from opd.backends.verl import gpu
+from opd.backends.verl.overrides import HOOK
+spec, ckpt, out, mode = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+llm = LLM(ckpt if mode == "fresh" else spec["student_spec"]["model"], worker_extension_cls=HOOK, **gpu._engine_args(spec))
+prompts = [TokensPrompt(prompt_token_ids=p) for p in spec["sequences"]]
+sp = SamplingParams(max_tokens=4, temperature=1.0, seed=7, logprobs=0)
+def sample():
+    return [[list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]]
+            for o in llm.generate(prompts, sp) for c in o.outputs]
+res = {}
+if mode == "fresh":
+    res["fresh"] = sample()
+else:
+    sample()
+    llm.collective_rpc("reload_checkpoint", args=(ckpt, {}))
+    res["kept"] = sample()
+    gpu.load_weights(llm, ckpt)
+    res["reset"] = sample()
+json.dump(res, open(out, "w"))
+"""
+
+
+def test_a_reloaded_engine_samples_like_a_fresh_engine_on_that_checkpoint(toy, vllm_python, tmp_path):
+    """The held-out evaluation's engine after loading a later checkpoint (gpu.load_weights) gives the same
+    tokens and log-probabilities as an engine started from that checkpoint. The prompts are the toy
+    problems with the start of their solutions, 36 tokens, so each fills a 32-token KV block that vLLM's
+    prefix cache keeps; reloading the weights without dropping the cache (the hook's reload alone) reuses
+    the blocks the old weights computed, and differs (finding 6 of issue 18, observed)."""
+    from opd.backends.tiny.task import encode, solution
+    held = problems_of(toy["data"]["heldout"])
+    long = [i for i in range(len(held)) if len(encode(solution(held.operands[i]))) >= 25][:16]
+    ids = [held.prompts([i])[0].tolist() + encode(solution(held.operands[i]))[:25] for i in long]
+    assert len(ids) == 16 and all(len(s) == 36 for s in ids)
+    ckpt = tmp_path / "step_10"
+    M.export_hf(toy["teacher"], ckpt)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_for(toy, sequences=ids, verl={"engine": {**ENGINE, "block_size": 32}})))
+    got = {}
+    for mode in ("reload", "fresh"):
+        out = tmp_path / f"{mode}.json"
+        run_in_vllm(vllm_python, "-c", RELOAD, str(spec), str(ckpt), str(out), mode, cwd=ROOT)
+        got.update(json.loads(out.read_text()))
+    assert [t for t, _ in got["reset"]] == [t for t, _ in got["fresh"]]
+    assert np.allclose([lp for _, l in got["reset"] for lp in l], [lp for _, l in got["fresh"] for lp in l], atol=1e-5)
+    kept = [lp for _, l in got["kept"] for lp in l]
+    fresh = [lp for _, l in got["fresh"] for lp in l]
+    assert len(kept) != len(fresh) or not np.allclose(kept, fresh, atol=1e-3), "the prefix cache was not reused"

@@ -203,16 +203,23 @@ def _scoring_devices() -> tuple[str, str]:
     return f"cuda:{1 % n}", f"cuda:{2 % n}"
 
 
+def load_weights(llm, model_dir: str) -> None:
+    """Load a checkpoint folder's weights into a running standalone engine (the hook's `reload_checkpoint`)
+    and drop every cached KV block: vLLM's prefix cache is on by default and reloading weights leaves it,
+    so the next requests would reuse blocks the previous weights computed (verl clears it after every weight
+    sync too: workers/rollout/vllm_rollout/vllm_rollout.py:246-248, vllm_async_server.py:864-870)."""
+    llm.collective_rpc("reload_checkpoint", args=(model_dir, {}))
+    if llm.reset_prefix_cache() is False:  # False: requests still running (None from versions that return nothing)
+        raise RuntimeError("vLLM did not reset its prefix cache after a weight reload")
+
+
 def heldout_eval(spec: dict, run_dir: Path) -> None:
     """For each evaluation step: the student (a BF16 vLLM engine) answers every held-out problem R times;
     student and teacher score the responses with a forward pass in transformers; K_x is the exact
     full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
-    serves every step: each step's merged checkpoint is loaded into it through the hook's
-    `reload_checkpoint`, then vLLM's prefix cache is reset (it is on by default, and reloading weights
-    leaves it: the same prompts would reuse KV blocks the previous weights computed; verl resets it after
-    every weight sync too: workers/rollout/vllm_rollout/vllm_rollout.py:246-248,
-    vllm_async_server.py:864-870). The evaluated steps and their checkpoints come from plan.schedule, as
-    verl saved them. The draw depends on (seed, step) only (common random numbers across rows). Runs on GPUs, or on a CPU with vLLM's CPU build."""
+    serves every step: each step's merged checkpoint is loaded into it (load_weights, which also drops
+    vLLM's prefix cache). The evaluated steps and their checkpoints come from plan.schedule, as verl saved
+    them. The draw depends on (seed, step) only (common random numbers across rows). Runs on GPUs, or on a CPU with vLLM's CPU build."""
     import torch
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
@@ -240,8 +247,7 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     for step in plan.eval_steps:
         path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
         if step:
-            llm.collective_rpc("reload_checkpoint", args=(path, {}))
-            llm.reset_prefix_cache()
+            load_weights(llm, path)
         outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=spec["seed"] * 1000 + step,
                                                     max_tokens=t["max_response_length"]))
         student = scorer(path, student_dev)

@@ -37,16 +37,16 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
         yield name, out[name]
 
 
-def local_checkpoint(model: str, revision: str | None = None) -> Path:
+def local_checkpoint(model: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
     """The local folder of a model vLLM was started from: the path itself, or for a Hugging Face Hub name
-    (vLLM keeps it as given in model_config.model) the snapshot in the local Hub cache, where vLLM put it.
-    Never downloads."""
+    (vLLM keeps it as given in model_config.model) the snapshot in the Hub cache vLLM downloaded it to (its
+    load_config.download_dir, else the default cache). Never downloads."""
     if Path(model).is_dir():
         return Path(model)
     from huggingface_hub import snapshot_download
     try:
-        return Path(snapshot_download(model, revision=revision, allow_patterns=["*.safetensors", "*.json"],
-                                      local_files_only=True))
+        return Path(snapshot_download(model, revision=revision, cache_dir=cache_dir, local_files_only=True,
+                                      allow_patterns=["*.safetensors", "*.json"]))
     except Exception as e:  # huggingface_hub's errors for a name it has no local copy of
         raise FileNotFoundError(f"{model}: neither a folder nor a model in the local Hugging Face cache ({e})") from e
 
@@ -92,8 +92,9 @@ class WeightNumerics(_verl_extension()):
         was started from), with `numerics` applied (default: the engine's own `opd_numerics`, if any).
         Called as `llm.collective_rpc("reload_checkpoint", args=(model_dir, numerics))`."""
         numerics = numerics if numerics is not None else self._opd_numerics()
-        mc = self.vllm_config.model_config
-        weights = checkpoint_weights(model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None)))
+        mc, lc = self.vllm_config.model_config, getattr(self.vllm_config, "load_config", None)
+        weights = checkpoint_weights(model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None),
+                                                                   getattr(lc, "download_dir", None)))
         if numerics:
             weights = transform_weights(weights, numerics, self._opd_layers())
         self.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)

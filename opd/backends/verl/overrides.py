@@ -29,6 +29,7 @@ import os
 from opd import config as C
 from opd.quant import resolve_layers
 
+from .layout import Layout
 from .layout import layout as layout_of
 from .plan import schedule
 
@@ -81,9 +82,10 @@ def weight_numerics(row: dict, seed: int) -> dict | None:
 
 
 def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, run_dir: str = ".",
-              experiment: str = "paper", log_path: str | None = None) -> list[str]:
+              experiment: str = "paper", log_path: str | None = None, pools: Layout | None = None) -> list[str]:
     """Hydra overrides for one run of `row` in experiment `experiment` of the validated config `cfg`.
-    verl's file logger writes to `log_path` (default: the run folder's next attempt log)."""
+    verl's file logger writes to `log_path` (default: the run folder's next attempt log); `pools` replaces
+    the layout the experiment's `verl.layout` gives (benchmarks/verl_smoke.py: pools on one node)."""
     from .logparse import attempt_log
     e = cfg["experiments"][experiment]
     r = {**C.ROW_DEFAULTS, **row}
@@ -136,7 +138,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
         "trainer.project_name=opd-budget",
         f"trainer.experiment_name={row['name']}.{student}.s{seed}",
-        *layout_of(v, row).overrides(),
+        *(pools or layout_of(v, row)).overrides(),
     ]
     if k == 0:
         o += [f"data.train_batch_size={t['prompts_per_step']}", f"trainer.total_training_steps={t['steps']}",
