@@ -72,6 +72,8 @@ def family(row: dict) -> str:
                              ("kv_cache", row.get("kv_cache", "none") != "none"),
                              ("staleness", bool(row.get("staleness"))), ("noise", bool(row.get("noise_sigma"))))
              if on]
+    if not kinds:  # the standard engine under other training settings (an ablation's reference)
+        return "baseline"
     return kinds[0] if len(kinds) == 1 else "combined"
 
 

@@ -178,3 +178,17 @@ def test_row_lr_reaches_the_runs_settings_and_reference_does_not(toy_config):
     run = next(x for x in C.runs(toy_config) if x.name == "lr3e-5-k1")
     assert "reference" not in run.params() and run.params()["lr"] == 3e-5  # editing a reference retrains nothing
     assert not C.in_budget(r) and C.in_budget({"name": "x", "weights": "nvfp4"})
+
+
+def test_train_settings_are_typed_and_belong_to_the_backend(toy_config):
+    toy_config["experiments"]["toy"]["train"]["eval_every"] = "25"
+    assert "experiment 'toy', field 'train.eval_every'" in err(toy_config)
+    del toy_config["experiments"]["toy"]["train"]["eval_every"]
+    toy_config["experiments"]["toy"]["train"]["lr_shedule"] = "cosine"
+    assert "experiment 'toy', field 'train'" in err(toy_config) and "lr_shedule" in err(toy_config)
+    del toy_config["experiments"]["toy"]["train"]["lr_shedule"]
+    toy_config["experiments"]["toy"]["train"]["max_response_length"] = 64
+    assert "field 'train.max_response_length': a verl setting" in err(toy_config)
+    del toy_config["experiments"]["toy"]["train"]["max_response_length"]
+    del toy_config["experiments"]["paper"]["train"]["temperature"]
+    assert "experiment 'paper', field 'train.temperature': the verl backend needs it" in err(toy_config)
