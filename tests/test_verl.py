@@ -800,6 +800,9 @@ def test_validation_names_what_verl_cannot_run(toy_config):
     assert f"row {n - 1} ('x-k2-cos'), field 'staleness'" in m and "cosine schedule would decay 2x too fast" in m
     assert "experiment 'paper', field 'slurm.nodes': a verl run's Slurm shape follows from verl.layout" in m
     assert "experiment 'toy'" not in m  # the tiny backend runs all of these
+    del paper["train"]["checkpoint_every"]  # a clear error, not a KeyError
+    with pytest.raises(C.ConfigError, match="experiment 'paper', field 'train.checkpoint_every': the verl backend needs"):
+        C.validate(toy_config)
 
 
 def test_one_schedule_for_both_trainers():

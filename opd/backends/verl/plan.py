@@ -35,12 +35,15 @@ def schedule(settings: dict, staleness: int) -> Schedule:
     `schedule_errors` says which settings it cannot honour."""
     k = max(1, int(staleness))
     return Schedule(k=k, save_freq=settings["checkpoint_every"] // k,
-                    eval_steps=tuple(C.eval_steps(settings["steps"], settings["eval_every"])))
+                    eval_steps=tuple(C.eval_steps(settings["steps"], settings.get("eval_every", 0))))
 
 
 def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
     """(field, reason) for each reason verl could not checkpoint the steps the held-out evaluation reads."""
     k, out = int(staleness), []
+    if "checkpoint_every" not in settings:
+        return [("train.checkpoint_every", "the verl backend needs it: verl resumes a requeued run from its last "
+                                           "checkpoint and the held-out evaluation reads the checkpoints")]
     steps, every, ev = settings["steps"], settings["checkpoint_every"], settings.get("eval_every", 0)
     if ev and every and ev % every:
         out.append(("train.eval_every", f"{ev} is not a multiple of train.checkpoint_every ({every}): the held-out "
