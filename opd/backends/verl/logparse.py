@@ -3,7 +3,7 @@ File:line are under the installed `verl` package (0.9.1).
 
 Which steps a record covers. The synchronous trainer logs every optimizer step. The fully-async trainer
 (k > 0) logs per parameter version: its MetricsAggregator averages (`avg`) or sums (`timing_s/*`) the
-metrics of the steps since its last log (detach_utils.py:184-300), logged under the version number
+metrics of the steps since its last log (detach_utils.py:179-290), logged under the version number
 (fully_async_trainer.py:806-809), and the step that triggers a weight sync joins the *next* record
 (fully_async_trainer.py:600-605). So a record is keyed by `training/global_step` (aggregated as `last`: the
 last optimizer step it covers) and covers the steps after the previous record's; for k > 0 steps.parquet
