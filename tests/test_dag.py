@@ -26,7 +26,7 @@ def test_adding_a_row_schedules_only_that_row(built_clone):
     edit_config(built_clone, lambda c: c["experiments"]["toy"]["rows"].append(
         {"name": "noise-05", "noise_sigma": 0.05}))
     jobs = planned(built_clone)
-    assert planned_runs(jobs) == {"noise-05.qwen-s.s0"}
+    assert planned_runs(jobs) == {"noise-05.qwen-s.s0", "noise-05.qwen-s.s1", "noise-05.qwen-s.s2"}  # default seeds
     assert {w for r, w in jobs if r == "admission"} == {"row=noise-05, student=qwen-s"}
     assert "base_models" not in planned_rules(jobs)
     assert {"analysis", "figure_budget", "table_runs"} <= planned_rules(jobs)
@@ -40,8 +40,19 @@ def test_changing_one_field_reruns_only_that_row(built_clone):
         row["weights"] = "fp8_block"
     edit_config(built_clone, change)
     jobs = planned(built_clone)
-    assert planned_runs(jobs) == {"fp8w.qwen-s.s0", "fp8w.qwen-m.s0", "fp8w.llama-s.s0"}
+    assert planned_runs(jobs) == {f"fp8w.{s}.s{i}" for s in ("qwen-s", "qwen-m", "llama-s") for i in range(3)}
     assert "base_models" not in planned_rules(jobs)
+
+
+def test_adding_a_seed_runs_only_that_seed(built_clone):
+    def add_seed(c):
+        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "nvfp4")
+        row["seeds"] = [0, 1, 2, 3]
+    edit_config(built_clone, add_seed)
+    jobs = planned(built_clone)
+    assert planned_runs(jobs) == {"nvfp4.qwen-s.s3"}
+    assert not planned_rules(jobs) & {"base_models", "admission"}
+    assert {"analysis", "figure_noise", "figure_budget", "table_runs"} <= planned_rules(jobs)
 
 
 def test_placement_edits_rerun_nothing(built_clone):
