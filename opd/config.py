@@ -159,6 +159,8 @@ def cross_field_errors(cfg: dict) -> list[str]:
                 target = next((x for x in e["rows"] if x["name"] == ref), None)
                 if target is None or ref == r["name"]:
                     errors.append(f"{where}, field 'reference': {ref!r} is not another row of the experiment")
+                elif target.get("algorithm", "opd") != "opd":
+                    errors.append(f"{where}, field 'reference': {ref!r} is an RL row; Δ compares OPD runs")
                 else:
                     first = [next(iter(students))]
                     missing = set(r.get("students", first)) - set(target.get("students", first))

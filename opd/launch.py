@@ -58,14 +58,16 @@ def run_job(fn, spec: dict, out: Path, launcher: dict):
     if launcher["launcher"] == "local":
         return fn(spec, out)
     out = Path(out)
-    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(launcher.get("slurm", {})), name=out.stem)
+    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(spec, launcher.get("slurm", {})),
+                           name=out.stem)
 
 
-def single_job_shape(slurm: dict) -> dict:
-    """The Slurm shape of a job that is one process on at most one GPU (the vLLM engines of one student),
-    from the site's and the experiment's training-job shape."""
+def single_job_shape(spec: dict, slurm: dict) -> dict:
+    """The Slurm shape of a job that is one process: one node, one task, and for the verl backend one GPU
+    (the vLLM engines of one student), from the site's and the experiment's settings (which, for verl,
+    hold no GPU count: a training job's comes from its layout, see train_shape)."""
     shape = {**slurm, "nodes": 1, "tasks_per_node": 1}
-    if shape.get("gpus_per_node"):
+    if spec["backend"] == "verl":
         shape["gpus_per_node"] = 1
     return shape
 

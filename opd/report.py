@@ -16,6 +16,7 @@ from opd import provenance, store  # noqa: E402
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7837", "#c51b7d", "#4d4d4d"
+SERIES_COLORS = ("#2166ac", "#b2182b", "#1b7837", "#762a83", "#e08214", "#4d4d4d")  # lines without a family
 FAMILY_COLORS = {"baseline": "#000000", "weights": "#2166ac", "kv_cache": "#b2182b", "staleness": "#5aae61",
                  "noise": "#e08214", "combined": "#762a83", "rl": "#878787"}
 STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "legend.fontsize": 6, "xtick.labelsize": 6,

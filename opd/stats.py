@@ -48,13 +48,21 @@ def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, see
 MIN_SEED_DF = 2  # degrees of freedom the run-to-run variance needs: S_cand + S_base - 2
 
 
-def seed_variance(k_cand, k_base) -> tuple[float, int]:
-    """The run-to-run variance of log(sum_x K_x) of one run, pooled over both configurations (each
-    centred on its own mean), and its degrees of freedom S_cand + S_base - 2."""
+def seed_variance(k_cand, k_base) -> tuple[float, float]:
+    """The run-to-run variance of the difference of the two sides' mean log(sum_x K_x), and its degrees
+    of freedom. With at least two seeds on each side, each side has its own variance (Welch, with the
+    Welch-Satterthwaite degrees of freedom); with one seed on a side, that side borrows the other's
+    (pooled, S_cand + S_base - 2 degrees of freedom: the equal-variance assumption)."""
     logs = [np.log(np.asarray(k, dtype=float).sum(1)) for k in (k_cand, k_base)]
-    df = sum(len(x) for x in logs) - 2
-    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
-    return (ss / df if df > 0 else float("nan")), df
+    n = [len(x) for x in logs]
+    if min(n) >= 2:
+        parts = [float(np.var(x, ddof=1)) / len(x) for x in logs]
+        return sum(parts), sum(parts) ** 2 / sum(p ** 2 / (m - 1) for p, m in zip(parts, n))
+    df = sum(n) - 2
+    if df <= 0:
+        return float("nan"), df
+    pooled = sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df
+    return pooled * (1 / n[0] + 1 / n[1]), df
 
 
 def seed_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0):
@@ -65,27 +73,28 @@ def seed_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed:
 
     Method (a hybrid bootstrap on the log ratio r = log(1 + Delta)):
     - problems: the paired problem bootstrap of the seed-averaged K gives r's problem-level spread;
-    - seeds: each run's log total carries independent run-to-run noise of variance s^2, estimated from
-      both sides' seeds pooled (`seed_variance`), so the seed means add s^2 (1/S_c + 1/S_0) to r; each
-      resample adds a Student-t draw with S_c + S_0 - 2 degrees of freedom scaled to that variance
-      (t, not normal: s^2 is estimated from few runs).
-    Assumes the run-to-run variance is the same for candidate and baseline (so S_c = 1 is allowed when
-    the baseline has seeds), run effects independent of the problem effects, and enough problems for
-    the problem bootstrap. Raises ValueError with fewer than MIN_SEED_DF + 2 runs in all.
+    - seeds: each run's log total carries independent run-to-run noise, so the two seed means add
+      s_c^2 / S_c + s_0^2 / S_0 to r (`seed_variance`: each side's own variance when both have two
+      seeds or more, Welch; else the one-seed side borrows the other's); each resample adds a Student-t
+      draw with the matching degrees of freedom scaled to that variance (t, not normal: the variances
+      are estimated from few runs).
+    Assumes run effects independent of the problem effects, enough problems for the problem bootstrap,
+    and, for a one-seed side only, the same run-to-run variance as the other side. Raises ValueError
+    with fewer than MIN_SEED_DF + 2 runs in all.
     Returns (delta, lo, hi)."""
     kc = np.atleast_2d(np.asarray(k_cand, dtype=float))
     kb = np.atleast_2d(np.asarray(k_base, dtype=float))
     if kc.shape[1] != kb.shape[1]:
         raise ValueError(f"k_cand and k_base must score the same problems: {kc.shape} vs {kb.shape}")
     var, df = seed_variance(kc, kb)
-    if df < MIN_SEED_DF:
+    if len(kc) + len(kb) - 2 < MIN_SEED_DF:
         raise ValueError(f"seed_bootstrap needs at least {MIN_SEED_DF + 2} runs in all to estimate the run-to-run "
                          f"variance (got {len(kc)} candidate + {len(kb)} baseline seeds)")
     mc, mb = kc.mean(0), kb.mean(0)
     delta = mc.sum() / mb.sum() - 1.0
     log_boot = np.log1p(problem_resamples(mc[:, None], mb, n_boot, seed)[:, 0])
     rng = np.random.default_rng([seed, 1])
-    noise = np.sqrt(var * (1 / len(kc) + 1 / len(kb))) * rng.standard_t(df, n_boot)
+    noise = np.sqrt(var) * rng.standard_t(df, n_boot)
     lo, hi = np.expm1(np.percentile(log_boot + noise, [50 * (1 - ci), 50 * (1 + ci)]))
     return float(delta), float(lo), float(hi)
 
@@ -133,7 +142,7 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, tau: flo
             ref = references.get(config) or baseline
             if ref not in configs:
                 raise ValueError(f"no held-out results for {ref!r}, the reference of {config!r}, on student {student!r}")
-            both = kl[[config, ref]].dropna()  # the problems both sides scored
+            both = kl[list(dict.fromkeys([config, ref]))].dropna()  # the problems both sides scored
             kc, kr = both[config].to_numpy().T, both[ref].to_numpy().T  # (seeds, problems)
             delta, lo, hi = paired_bootstrap(kc.mean(0), kr.mean(0), n_boot, ci, seed)
             lo_s = hi_s = float("nan")

@@ -53,7 +53,7 @@ def submitted_job_id(run_dir: Path) -> str:
 
 def test_toy_rows_end_to_end_through_profile_slurm_two_in_flight(slurm_cluster, clone):
     edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(
-        [{"name": "slurm-a", "noise_sigma": 0.01}, {"name": "slurm-b", "noise_sigma": 0.02}]))
+        [{"name": "slurm-a", "noise_sigma": 0.01, "seeds": [0]}, {"name": "slurm-b", "noise_sigma": 0.02, "seeds": [0]}]))
     args = ("--profile", "slurm", "--config", "experiment=toy", "--resources", "slurm_jobs=2")
     assert planned_runs(planned(clone, *args)) == {"slurm-a.qwen-s.s0", "slurm-b.qwen-s.s0"}
     snakemake(clone, *args)

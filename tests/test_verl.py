@@ -432,10 +432,12 @@ def test_admission_and_attribution_jobs_take_one_gpu_not_the_training_shape():
     spec = {"backend": "verl", "row": {"name": "bf16"}, "verl": paper["verl"]}
     train = launch.train_shape(spec, paper["slurm"])
     assert train["nodes"] == 2 and train["gpus_per_node"] == 4  # a training run: teacher node + trainer node
-    shape = launch.single_job_shape(train)
+    # what run_job passes: the site's and the experiment's settings as the launcher file holds them
+    shape = launch.single_job_shape(spec, {**C.load()["slurm"], **paper["slurm"]})
     assert shape["nodes"] == 1 and shape["gpus_per_node"] == 1 and shape["time_min"] == paper["slurm"]["time_min"]
     assert shape["tasks_per_node"] == 1
-    assert "gpus_per_node" not in launch.single_job_shape({"nodes": 1, "cpus_per_task": 2})  # the toy on Slurm
+    toy = {"backend": "tiny"}
+    assert not launch.single_job_shape(toy, {"nodes": 1, "cpus_per_task": 2}).get("gpus_per_node")  # toy on Slurm
 
 
 # ---- verl's fully-async trainer and rollouter, as far as they run on a CPU --------------------------------------

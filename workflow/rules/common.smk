@@ -37,7 +37,8 @@ def job_spec(**extra):
     (and, for verl, the experiment's verl settings: models, data, layout)."""
     spec = {"experiment": EXP, "backend": BACKEND, "task_seed": E["train"].get("task_seed", 0), **extra}
     if BACKEND == "verl":
-        spec.update(verl=E.get("verl", {}), settings=E["train"])
+        spec["verl"] = E.get("verl", {})
+        spec.setdefault("settings", E["train"])  # a training run passes its own (C.run_settings)
     return spec
 
 
@@ -49,7 +50,7 @@ def spec_file(kind, name, spec):
 
 
 def opd_engine_rows():
-    """Rows that describe an engine for OPD (no staleness, no RL, no update variant): admission candidates."""
+    """Rows that describe an engine for OPD (budget rows, C.in_budget, without staleness): admission candidates."""
     return [r for r in E["rows"] if C.in_budget(r) and not r.get("staleness")]
 
 

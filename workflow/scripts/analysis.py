@@ -81,7 +81,7 @@ def main(inp, out, params):
     store.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
-    noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).astype(int)
+    noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)
     noise["sd_used"] = noise["sd_run"] * np.sqrt(1 / noise["n_seeds_row"] + 1 / noise["n_seeds"])
     noise["tau"] = params.tau
     store.write_table(pairs, out.null_deltas)

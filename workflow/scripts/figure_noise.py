@@ -16,7 +16,8 @@ def main(inp, out, params):
         n = noise.loc[student]
         ax.axhspan(i - 0.35, i + 0.35, xmin=0, xmax=1, color="#f0f0f0", lw=0, zorder=0)
         ax.fill_betweenx([i - 0.3, i + 0.3], -196 * n["se_problem"], 196 * n["se_problem"], color="#92c5de",
-                         alpha=0.6, lw=0, label="paper's 95% interval (problems only)" if i == 0 else None)
+                         alpha=0.6, lw=0,
+                         label="paper's 95% interval of one seed vs one (problems only)" if i == 0 else None)
         ax.scatter(d, i + rng.uniform(-0.22, 0.22, len(d)), s=4, color=report.NEUTRAL, lw=0,
                    label="one seed vs another (same engine)" if i == 0 else None)
         ax.text(0.99, i + 0.12, f"SD {100 * n['sd_single']:.1f}% ({int(n['n_seeds'])} seeds)\n"

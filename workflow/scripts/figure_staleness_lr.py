@@ -11,7 +11,7 @@ def main(inp, out, params):
     fig, (a_delta, a_d) = report.figure(width=report.COLUMN_WIDTH * 1.6, height=2.2, ncols=2)
     ks = sorted(t["k"].unique())
     pos = {k: i for i, k in enumerate(ks)}
-    colors = dict(zip(sorted(t["lr"].unique()), ("#2166ac", "#b2182b", "#1b7837", "#762a83")))
+    colors = {lr: report.SERIES_COLORS[i % len(report.SERIES_COLORS)] for i, lr in enumerate(sorted(t["lr"].unique()))}
     for j, (lr, g) in enumerate(t.groupby("lr")):
         g = g.sort_values("k")
         x = np.array([pos[k] for k in g["k"]]) + 0.08 * (j - 0.5)

@@ -31,7 +31,7 @@ class Settings:
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
     lr: float = 3e-4
-    lr_schedule: str = "constant"  # or "cosine": from lr down to 0 at the last step
+    lr_schedule: str = "constant"  # or "cosine": from lr at step 0 towards 0 (0 would be step `steps`, as in verl)
     eval_every: int = 25
     eval_responses: int = 4
     checkpoint_every: int = 10

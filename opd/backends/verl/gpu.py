@@ -219,7 +219,8 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
     serves every step: each step's merged checkpoint is loaded into it (load_weights, which also drops
     vLLM's prefix cache). The evaluated steps and their checkpoints come from plan.schedule, as verl saved
-    them. The draw depends on (seed, step) only (common random numbers across rows). Runs on GPUs, or on a CPU with vLLM's CPU build."""
+    them. The draw depends on the step only: common random numbers across rows and seeds, as in the tiny
+    backend. Runs on GPUs, or on a CPU with vLLM's CPU build."""
     import torch
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
@@ -248,7 +249,7 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
         path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
         if step:
             load_weights(llm, path)
-        outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=spec["seed"] * 1000 + step,
+        outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=step,
                                                     max_tokens=t["max_response_length"]))
         student = scorer(path, student_dev)
         for pid, out in enumerate(outs):
