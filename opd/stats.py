@@ -48,6 +48,11 @@ def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, see
 MIN_SEED_DF = 2  # degrees of freedom the run-to-run variance needs: S_cand + S_base - 2
 
 
+def enough_seeds(s_cand: int, s_base: int) -> bool:
+    """Whether seed_bootstrap can estimate the run-to-run variance from this many seeds on each side."""
+    return s_cand + s_base - 2 >= MIN_SEED_DF
+
+
 def seed_variance(k_cand, k_base) -> tuple[float, float]:
     """The run-to-run variance of the difference of the two sides' mean log(sum_x K_x), and its degrees
     of freedom. With at least two seeds on each side, each side has its own variance (Welch, with the
@@ -87,7 +92,7 @@ def seed_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed:
     if kc.shape[1] != kb.shape[1]:
         raise ValueError(f"k_cand and k_base must score the same problems: {kc.shape} vs {kb.shape}")
     var, df = seed_variance(kc, kb)
-    if len(kc) + len(kb) - 2 < MIN_SEED_DF:
+    if not enough_seeds(len(kc), len(kb)):
         raise ValueError(f"seed_bootstrap needs at least {MIN_SEED_DF + 2} runs in all to estimate the run-to-run "
                          f"variance (got {len(kc)} candidate + {len(kb)} baseline seeds)")
     mc, mb = kc.mean(0), kb.mean(0)
@@ -148,7 +153,7 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, tau: flo
             lo_s = hi_s = float("nan")
             if config == ref:
                 lo_s = hi_s = 0.0
-            elif len(kc) + len(kr) - 2 >= MIN_SEED_DF:
+            elif enough_seeds(len(kc), len(kr)):
                 _, lo_s, hi_s = seed_bootstrap(kc, kr, n_boot, ci, seed)
             out.append({"student": student, "config": config, "reference": ref, "delta": delta, "ci_lo": lo,
                         "ci_hi": hi, "ci_lo_seeds": lo_s, "ci_hi_seeds": hi_s,
