@@ -6,7 +6,8 @@ the cost of d_n as a fraction of a step (goal <= 2%), and one full 100-step run'
 runs per core-hour). With --against REV the same measurements run on that git revision's package
 (a temporary worktree, same models, same machine, same settings) and the ratios are printed.
 With --pipeline: the full default pipeline's wall time from scratch in a scratch copy.
-Run: python benchmarks/tiny.py [--against REV] [--pipeline]"""
+With --toy: at the toy experiment's own training settings (config.yaml) instead of the fixed 8 x 8 ones.
+Run: python benchmarks/tiny.py [--toy] [--against REV] [--pipeline]"""
 import argparse
 import json
 import os
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from opd import config as C
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
@@ -45,7 +48,12 @@ def matmul_rate(m: int, k: int, n: int, dtype) -> float:
     return 2 * m * k * n * reps / s
 
 
-def measure() -> dict:
+def toy_settings() -> dict:
+    """The toy experiment's own training settings, as config.yaml gives them today."""
+    return dict(C.load()["experiments"]["toy"]["train"])
+
+
+def measure(settings: dict) -> dict:
     from opd.backends.tiny import model as M
     from opd.backends.tiny.engine import Engine, Numerics
     from opd.backends.tiny.task import make_task
@@ -54,7 +62,7 @@ def measure() -> dict:
     torch.set_num_threads(1)
     student, teacher = M.load(BASE / "student.pt"), M.load(BASE / "teacher.pt")
     train, _ = make_task(0)
-    s = Settings(**{k: v for k, v in RUN_SETTINGS.items() if k in Settings.__dataclass_fields__})
+    s = Settings(**{k: v for k, v in settings.items() if k in Settings.__dataclass_fields__})
     rng = np.random.default_rng([0, 0, 1])  # a training step's prompts, as a run draws them
     idx = np.repeat(rng.choice(len(train), s.prompts_per_step, replace=False), s.responses_per_prompt)
     engine = Engine(student.cfg, Numerics())
@@ -74,7 +82,7 @@ def measure() -> dict:
     step_flops = 4 * len(idx) * seq * fwd
     with tempfile.TemporaryDirectory() as d:
         spec = {"run_id": "bench.qwen-s.s0", "row": {"name": "bf16"}, "student": "qwen-s", "seed": 0,
-                "settings": RUN_SETTINGS, "student_path": str(BASE / "student.pt"),
+                "settings": settings, "student_path": str(BASE / "student.pt"),
                 "teacher_path": str(BASE / "teacher.pt")}
         t = time.perf_counter()
         train_run(spec, Path(d))
@@ -90,7 +98,7 @@ def roofline() -> dict:
             "train_fp32": matmul_rate(64 * 45, d, 2 * d, torch.float32)}
 
 
-def report(m: dict, r: dict) -> None:
+def report(m: dict, r: dict, settings: dict) -> None:
     print(f"batch: {m['responses']} responses, {m['tokens']} tokens (student {m['n_params']:,} parameters, 1 thread)")
     print(f"one core, matmul at the model's shapes: decode (64x64)@(64x64) {r['decode_bf16'] / 1e9:.1f} GFLOP/s BF16, "
           f"{r['decode_fp32'] / 1e9:.1f} fp32; training (2880x64)@(64x128) {r['train_fp32'] / 1e9:.1f} GFLOP/s fp32")
@@ -102,18 +110,19 @@ def report(m: dict, r: dict) -> None:
           f"{100 * t / r['train_fp32']:.0f}% of the fp32 training matmul rate")
     print(f"d_n (and p90) from log-probs the step already has: {m['dn_s'] * 1e3:.3f} ms = "
           f"{100 * m['dn_s'] / (m['gen_s'] + m['step_s']):.2f}% of rollout + step (goal <= 2%)")
-    print(f"one 100-step run (8 x 8 responses, 5 evaluations): {m['run_s']:.1f} s = "
+    print(f"one {settings['steps']}-step run ({settings['prompts_per_step']} x {settings['responses_per_prompt']} responses, "
+          f"{len(C.eval_steps(settings['steps'], settings['eval_every']))} evaluations): {m['run_s']:.1f} s = "
           f"{3600 / m['run_s']:.0f} runs per core-hour")
 
 
-def against(rev: str) -> dict:
+def against(rev: str, toy: bool) -> dict:
     """The same measurements with the package of git revision `rev` (a temporary worktree)."""
     with tempfile.TemporaryDirectory() as d:
         wt = Path(d) / "wt"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(wt), rev], check=True,
                        capture_output=True)
         try:
-            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--json"], check=True,
+            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--json", *(["--toy"] if toy else [])], check=True,
                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(wt)}).stdout
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(wt)], check=True)
@@ -138,18 +147,21 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--against", metavar="REV", help="also measure git revision REV's package and print ratios")
     p.add_argument("--pipeline", action="store_true", help="also time the whole toy pipeline from scratch")
+    p.add_argument("--toy", action="store_true",
+                   help="measure at the toy experiment's own settings (config.yaml) instead of the fixed 8 x 8 ones")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # used by --against
     a = p.parse_args()
+    settings = toy_settings() if a.toy else RUN_SETTINGS
     if a.json:
-        print(json.dumps(measure()))
+        print(json.dumps(measure(settings)))
         sys.exit(0)
     r = roofline()
-    now = measure()
-    report(now, r)
+    now = measure(settings)
+    report(now, r, settings)
     if a.against:
-        old = against(a.against)
+        old = against(a.against, a.toy)
         print(f"\nagainst {a.against} (same models, settings and machine):")
-        report(old, r)
+        report(old, r, settings)
         print(f"\nratios (this tree / {a.against}): generation tokens/s x{old['gen_s'] / now['gen_s'] * now['tokens'] / old['tokens']:.2f}"
               f" (same prompts), training-step tokens/s x{old['step_s'] / now['step_s']:.2f}, "
               f"runs per core-hour x{old['run_s'] / now['run_s']:.2f}")

@@ -70,6 +70,18 @@ def run_settings(train: dict, row: dict) -> dict:
     return {**train, **{k: row[k] for k in TRAIN_OVERRIDES if row.get(k) is not None}}
 
 
+def student_params(student: dict) -> float:
+    """A student's size: `n_params` where the config gives it (real checkpoints), else the parameters
+    of the tiny architecture's blocks (attention and MLP; they dominate the cost of a step). Used to start the largest
+    students' runs first, so no long job is left running alone at the end."""
+    if "n_params" in student:
+        return float(student["n_params"])
+    d = student["heads"] * student["head_dim"]
+    kv = student["kv_heads"] * student["head_dim"]
+    per_layer = 2 * d * d + 2 * d * kv + 3 * d * student["d_ff"]
+    return float(student["layers"] * per_layer)
+
+
 def eval_steps(steps: int, eval_every: int) -> list[int]:
     """The training steps a run's held-out evaluation scores (both backends): 0, every `eval_every`
     steps, and the last; none when `eval_every` is 0."""

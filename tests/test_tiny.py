@@ -58,6 +58,28 @@ def test_standard_engine_at_fp32_has_zero_mismatch(base):
     assert abs(d_n) < 1e-6 and p90 < 1e-5
 
 
+def test_length_buckets_give_the_full_width_forward_pass_and_its_gradient(base):
+    """token_logprobs cuts the batch into chunks by response length; every masked log-prob, every
+    full-vocabulary row and the gradient of a masked loss are those of one forward pass at full width."""
+    student = M.load(base / "student.pt")
+    engine = Engine(student.cfg, Numerics())
+    engine.load(student.state_dict())
+    train, _ = make_task(0)
+    roll = engine.generate(train.prompts(range(48)), step_generator(0, 0))
+    lengths = roll.mask.sum(1)
+    assert lengths.min() < lengths.max()  # the chunks really differ in width
+    m = roll.mask.float()
+    results = []
+    for buckets in (1, 4):
+        student.zero_grad()
+        lp, full = token_logprobs(student, roll, buckets=buckets)
+        (lp * m).sum().backward()
+        results.append((lp.detach() * m, full.detach() * m[..., None], [p.grad.clone() for p in student.parameters()]))
+    (lp1, full1, g1), (lp4, full4, g4) = results
+    assert torch.allclose(lp1, lp4, atol=1e-5) and torch.allclose(full1, full4, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(g1, g4))
+
+
 def test_bf16_engine_has_small_positive_mismatch_and_noise_more(base):
     student = M.load(base / "student.pt")
     train, _ = make_task(0)

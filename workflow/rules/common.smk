@@ -4,6 +4,7 @@ E = config["experiments"][EXP]
 BACKEND = E["backend"]
 RUNS = {r.run_id: r for r in C.runs(config)}
 PRIMARY = next(iter(E["students"]))
+STUDENT_RANK = {s: i for i, s in enumerate(sorted(E["students"], key=lambda s: C.student_params(E["students"][s])))}
 OUT = f"results/{EXP}"
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"

@@ -19,5 +19,7 @@ rule train:
         meta=f"{OUT}/runs/{{run_id}}/run.json",
     resources:
         slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
+    # the largest students' runs start first: the short ones fill the cores at the end, not a long one alone
+    priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
     shell:
         "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,7 @@ class Problems:
     def __len__(self):
         return len(self.operands)
 
-    @property
+    @cached_property
     def answers(self) -> np.ndarray:
         return np.array([sum(o) for o in self.operands])
 
@@ -90,7 +91,7 @@ class Problems:
     def rewards(self, idx, responses: torch.Tensor) -> np.ndarray:
         """1.0 where a response's final answer is right."""
         ans = self.answers[np.asarray(idx)]
-        got = [answer_of(decode(r)) for r in responses]
+        got = [answer_of(decode(r)) for r in responses.tolist()]
         return np.array([float(g is not None and g == a) for g, a in zip(got, ans)])
 
 
