@@ -36,8 +36,40 @@ def main(argv=None) -> int:
     for sp in parsers:
         sp.add_argument("--spec", type=_spec, required=True, help="the job's spec (JSON file)")
         sp.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
+    c = sub.add_parser("check-runs", help="check every complete run's files against its run.json, as every "
+                       "`snakemake` does before building the DAG; a damaged run's files move to "
+                       "results/<experiment>/_quarantine/ and the next `snakemake` reruns it")
+    c.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    c.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    c.add_argument("--hash", action="store_true", help="hash every file, also those whose size and mtime "
+                   "are unchanged since this checkout last hashed them (bit rot)")
     args = p.parse_args(argv)
 
+    from opd import store
+    if args.job == "check-runs":
+        return check_runs(args.experiment, args.config, args.hash)
+    try:
+        return run(p, args)
+    except store.DiskFull as e:  # the message says which file, which filesystem and what to do
+        print(f"opd {args.job}: {e}", file=sys.stderr)
+        return 1
+
+
+def check_runs(experiment, config_path, hash_all) -> int:
+    """Paths are relative to the current folder (the repository root), as Snakemake's are."""
+    from opd import config as C
+    from opd import store
+    cfg = C.load(config_path or C.ROOT / "config.yaml")
+    exp = experiment or cfg["experiment"]
+    runs = [r.run_id for r in C.runs(cfg, exp)]
+    damaged = store.heal_runs(f"results/{exp}", runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all)
+    print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
+          + (f"{len(damaged)} damaged, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
+             if damaged else "no damaged run"))
+    return 1 if damaged else 0
+
+
+def run(p, args) -> int:
     from opd import launch
     launcher = args.launcher or {"launcher": "local"}
     if args.job == "train":

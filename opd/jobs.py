@@ -40,8 +40,10 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
         from opd.backends import verl
         verl.train_run(spec, run_dir)
     # hardware again at the end: as the job ran (the backend sets its thread count)
+    # the size and sha256 of every file: the cache check (store.heal_runs) compares them before each DAG
     meta.update(status="complete", end=_now(), hardware=provenance.hardware(),
-                wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0))
+                wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0),
+                files=store.file_records(run_dir))
     store.write_json(meta, meta_path)
     return meta
 

@@ -1,13 +1,23 @@
 """The run store: atomic writes (temporary name, then rename) and reads that check columns and dtypes.
 
 A run folder is complete when its run.json says `"status": "complete"`; every file in it is renamed
-into place only once fully written, so a killed job never leaves a file that looks finished.
+into place only once fully written, so a killed job never leaves a file that looks finished. A write
+that finds the disk full raises DiskFull naming the file and its filesystem, and leaves nothing behind.
+
+A complete run's run.json records the size and sha256 of each of its files (`files`); `heal_runs`
+checks them before the DAG is built and moves a damaged run's files aside (results/<exp>/_quarantine/),
+so Snakemake reruns exactly the damaged runs.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import shutil
+import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -30,16 +40,64 @@ class SchemaError(ValueError):
     pass
 
 
+class DamagedFile(SchemaError):
+    """A file that exists but is not what its writer wrote (truncated, overwritten, not Parquet)."""
+
+
+class DiskFull(OSError):
+    """A write that found no space (or quota) left; the message names the file and its filesystem."""
+
+
+def _no_space(e: BaseException) -> bool:
+    """Whether a write failed for lack of space: OSError's errno, or the message of libraries that wrap it
+    (pyarrow's OSError carries no errno; torch raises RuntimeError)."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(e, (OSError, RuntimeError)) and any(
+        m in str(e) for m in ("No space left on device", "Disk quota exceeded"))
+
+
+def mount_point(path) -> Path:
+    """The mount point of the filesystem holding `path` (or its nearest existing parent)."""
+    p = Path(os.path.abspath(path))
+    while not p.exists():
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return p
+
+
+def disk_full_error(path, e: BaseException) -> DiskFull:
+    where = mount_point(Path(path).parent)
+    try:
+        usage = shutil.disk_usage(where)
+        space = f"{usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
+    except OSError:
+        space = "free space unknown"
+    return DiskFull(errno.ENOSPC, f"disk full: no space left on the filesystem mounted at {where} ({space}) "
+                    f"while writing {path}; nothing was written there. Free space on {where}, then rerun: a "
+                    f"training run continues from its last checkpoint ({type(e).__name__}: {e})")
+
+
 def atomic_write(path: Path, write) -> None:
+    """Write `path` through write(tmp) to a temporary name in its folder, then rename it into place; on
+    any failure the temporary file is removed, and a full disk raises DiskFull."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        if _no_space(e):
+            raise disk_full_error(path, e) from e
+        raise
     os.close(fd)
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if _no_space(e):
+            raise disk_full_error(path, e) from e
         raise
 
 
@@ -68,7 +126,14 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
     """Read Parquet; with a schema (or for a known file name), check every column and dtype."""
     path = Path(path)
     schema = schema or SCHEMAS.get(path.name)
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except FileNotFoundError:
+        raise
+    except (pa.ArrowException, OSError) as e:
+        raise DamagedFile(f"{path}: not a readable Parquet file ({e}). If it is a run's file, rerun the pipeline "
+                          f"(`snakemake -c 2`, or your usual command): it moves the damaged run's files to "
+                          f"results/<experiment>/_quarantine/ and reruns that run.") from e
     if schema is not None:
         have = {f.name: f.type for f in table.schema}
         problems = [f"{f.name} missing" if f.name not in have else f"{f.name} is {have[f.name]}, expected {f.type}"
@@ -92,10 +157,178 @@ def read_json(path) -> dict:
 
 
 def atomic_torch_save(obj, path) -> None:
+    import io
+
     import torch
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    buf = io.BytesIO()  # serialized in memory, so that a full disk is Python's OSError (ENOSPC), not torch's
+    torch.save(obj, buf)
+
+    def w(tmp):
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+    atomic_write(path, w)
 
 
 def is_complete(run_dir) -> bool:
     p = Path(run_dir) / "run.json"
     return p.exists() and read_json(p).get("status") == "complete"
+
+
+# ---------------------------------------------------------------- the self-checking cache of runs
+
+RUN_FILES = ("steps.parquet", "heldout.parquet")  # what a complete run.json records (`files`)
+
+
+def sha256_bytes(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def file_records(run_dir) -> dict:
+    """{name: {size, sha256}} of a run's files (those of RUN_FILES it has), as run.json records them."""
+    run_dir = Path(run_dir)
+    return {n: {"size": (run_dir / n).stat().st_size, "sha256": sha256_bytes(run_dir / n)}
+            for n in RUN_FILES if (run_dir / n).exists()}
+
+
+def record_files(run_dir) -> None:
+    """Re-record a complete run's file hashes in its run.json (after a file was deliberately rewritten,
+    e.g. a re-run of the held-out evaluation); a run that is not complete is left alone."""
+    p = Path(run_dir) / "run.json"
+    meta = read_json(p)
+    if meta.get("status") == "complete":
+        write_json({**meta, "files": file_records(run_dir)}, p)
+
+
+def parquet_problem(path) -> str | None:
+    """Why a Parquet file of the run contract is unreadable (magic bytes, footer, every page decoded,
+    columns and dtypes), or None. What a run.json without hashes (written before they were recorded) is
+    checked against."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4))
+            tail = f.read(4)
+        if head != b"PAR1" or tail != b"PAR1":
+            return f"{path}: not a complete Parquet file (no PAR1 magic bytes at its start and end: truncated?)"
+        read_table(path)
+    except (SchemaError, pa.ArrowException, OSError) as e:
+        return str(e).split(". If it is a run's file")[0]
+    return None
+
+
+def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | None:
+    """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
+    run.json, or not `"status": "complete"`: Snakemake decides about those).
+
+    With hashes in run.json: sizes are compared every time, a file is hashed when its size or mtime
+    differs from what `verified` (this checkout's record of files already hashed) remembers, or always
+    with hash_all. Without them (a run.json written before hashes were recorded): each file must be a
+    readable Parquet file of the contract the first time it is seen, and its hash is then remembered in
+    `verified` against that run.json, so a later change to the file is caught like any other."""
+    run_dir = Path(run_dir)
+    meta_path = run_dir / "run.json"
+    if not meta_path.exists():
+        return None
+    raw = meta_path.read_bytes()
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
+        return [f"{meta_path}: not readable JSON ({e})"]
+    if not isinstance(meta, dict) or meta.get("status") != "complete":
+        return None
+    meta_sha = hashlib.sha256(raw).hexdigest()
+    recorded = meta.get("files")
+    problems = []
+    for name in (recorded or {n: None for n in RUN_FILES}):
+        path = run_dir / name
+        key = str(path)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            problems.append(f"{path}: missing, though run.json says the run is complete")
+            continue
+        want = (recorded or {}).get(name)
+        seen = verified.get(key)
+        if seen and want is None and seen.get("run_json") != meta_sha:
+            seen = None  # a different run.json (a rerun, a pull): verify from scratch
+        if want is not None and st.st_size != want["size"]:
+            problems.append(f"{path}: {st.st_size} bytes, run.json records {want['size']}")
+            continue
+        expected = want["sha256"] if want is not None else (seen or {}).get("sha256")
+        if (not hash_all and seen and expected and seen["sha256"] == expected
+                and (seen["size"], seen["mtime_ns"]) == (st.st_size, st.st_mtime_ns)):
+            continue
+        if expected is None:  # first sight of a file without a recorded hash
+            why = parquet_problem(path)
+            if why:
+                problems.append(why)
+                continue
+        digest = sha256_bytes(path)
+        if expected is not None and digest != expected:
+            problems.append(f"{path}: content changed (sha256 {digest[:12]}..., "
+                            f"{'run.json records' if want else 'verified earlier as'} {expected[:12]}...)")
+            continue
+        verified[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest,
+                         **({} if want else {"run_json": meta_sha})}
+    return problems
+
+
+def quarantine(run_dir, dest_root) -> Path:
+    """Move a run's run.json and RUN_FILES (the train rule's outputs) to dest_root/<run_id>/<UTC time>/;
+    anything else in the folder (a checkpoint, Slurm logs) stays."""
+    run_dir = Path(run_dir)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    dest = Path(dest_root) / run_dir.name / stamp
+    dest.mkdir(parents=True, exist_ok=False)
+    for name in ("run.json", *RUN_FILES):
+        if (run_dir / name).exists():
+            os.replace(run_dir / name, dest / name)
+    return dest
+
+
+def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None) -> dict:
+    """Check every complete run of `run_ids` under out_dir/runs/ (check_run); move each damaged run's
+    files to out_dir/_quarantine/ and report it by name on stderr, so the DAG built next reruns exactly
+    those runs. `ledger` is this checkout's record of files already hashed (a JSON file, rewritten when it
+    changes). Returns {run_id: (problems, quarantine folder)}."""
+    out_dir, ledger = Path(out_dir), Path(ledger)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        verified = read_json(ledger)
+    except (OSError, ValueError):
+        verified = {}
+    before = json.dumps(verified, sort_keys=True)
+    damaged = {}
+    for run_id in run_ids:
+        problems = check_run(out_dir / "runs" / run_id, verified, hash_all)
+        if problems:
+            for name in ("run.json", *RUN_FILES):
+                verified.pop(str(out_dir / "runs" / run_id / name), None)
+            dest = quarantine(out_dir / "runs" / run_id, out_dir / "_quarantine")
+            damaged[run_id] = (problems, dest)
+            log(f"opd: run {run_id} is damaged: " + "; ".join(problems)
+                + f". Its files are moved to {dest}/ and the run will be rerun.")
+    if json.dumps(verified, sort_keys=True) != before:
+        write_json(verified, ledger)
+    if damaged:
+        record = quarantine_log(out_dir)
+        try:
+            events = read_json(record)
+        except (OSError, ValueError):
+            events = []
+        write_json(events + [{"run_id": r, "problems": p, "moved_to": str(d), "time": d.name}
+                             for r, (p, d) in damaged.items()], record)
+    return damaged
+
+
+def quarantine_log(out_dir) -> Path:
+    """Every quarantine of the experiment, newest last. Its mtime is that of the last one: the analysis
+    takes it as an input, so a quarantine reruns the analysis, and with it the runs that went missing
+    (Snakemake reruns a missing run only for a job that needs to run)."""
+    return Path(out_dir) / "_quarantine" / "log.json"

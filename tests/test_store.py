@@ -1,4 +1,7 @@
-"""The run store: atomic writes, checked reads, and what counts as complete."""
+"""The run store: atomic writes, checked reads, what counts as complete, and the self-checking cache."""
+import errno
+import os
+
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -6,8 +9,8 @@ import pytest
 from opd import store
 
 
-def steps_frame(n=3):
-    cols = {f.name: ([0.5] * n if pa.types.is_floating(f.type) else [1] * n) for f in store.STEPS}
+def steps_frame(n=3, schema=store.STEPS):
+    cols = {f.name: ([0.5] * n if pa.types.is_floating(f.type) else [1] * n) for f in schema}
     cols.update(run_id=["r"] * n, config=["c"] * n, student=["s"] * n, step=list(range(n)))
     return pd.DataFrame(cols)
 
@@ -48,3 +51,108 @@ def test_run_is_complete_only_when_run_json_says_so(tmp_path):
     assert not store.is_complete(tmp_path)
     store.write_json({"status": "complete"}, tmp_path / "run.json")
     assert store.is_complete(tmp_path)
+
+
+# ---------------------------------------------------------------- the self-checking cache
+
+def complete_run(runs, run_id="a.s.s0", hashes=True):
+    d = runs / run_id
+    store.write_table(steps_frame(20), d / "steps.parquet", store.STEPS)
+    store.write_table(steps_frame(7, store.HELDOUT), d / "heldout.parquet", store.HELDOUT)
+    meta = {"run_id": run_id, "status": "complete"}
+    if hashes:
+        meta["files"] = store.file_records(d)
+    store.write_json(meta, d / "run.json")
+    return d
+
+
+def flip_byte(path, offset):
+    b = bytearray(path.read_bytes())
+    b[offset] ^= 0xFF
+    path.write_bytes(bytes(b))
+
+
+def test_run_json_records_size_and_hash_and_a_sound_run_is_left_alone(tmp_path):
+    d = complete_run(tmp_path / "runs")
+    meta = store.read_json(d / "run.json")
+    assert meta["files"]["steps.parquet"] == {"size": (d / "steps.parquet").stat().st_size,
+                                              "sha256": store.sha256_bytes(d / "steps.parquet")}
+    ledger = tmp_path / "verified.json"
+    assert store.heal_runs(tmp_path, ["a.s.s0"], ledger) == {}
+    assert set(store.read_json(ledger)) == {str(d / "steps.parquet"), str(d / "heldout.parquet")}
+    assert sorted(p.name for p in d.iterdir()) == ["heldout.parquet", "run.json", "steps.parquet"]
+
+
+def test_a_truncated_file_moves_the_run_aside_by_name(tmp_path):
+    d = complete_run(tmp_path / "runs")
+    ledger, said = tmp_path / "verified.json", []
+    store.heal_runs(tmp_path, ["a.s.s0"], ledger)
+    with open(d / "steps.parquet", "r+b") as f:
+        f.truncate(100)
+    damaged = store.heal_runs(tmp_path, ["a.s.s0"], ledger, log=said.append)
+    problems, dest = damaged["a.s.s0"]
+    assert problems == [f"{d / 'steps.parquet'}: 100 bytes, run.json records {store.read_json(dest / 'run.json')['files']['steps.parquet']['size']}"]
+    assert dest.parent == tmp_path / "_quarantine" / "a.s.s0"
+    assert sorted(p.name for p in dest.iterdir()) == ["heldout.parquet", "run.json", "steps.parquet"]
+    assert not any(d.iterdir())  # nothing left for Snakemake to take as done
+    assert "run a.s.s0 is damaged" in said[0] and str(dest) in said[0]
+
+
+def test_bytes_changed_in_place_are_caught_by_the_hash(tmp_path):
+    d = complete_run(tmp_path / "runs")
+    ledger = tmp_path / "verified.json"
+    store.heal_runs(tmp_path, ["a.s.s0"], ledger)
+    p = d / "heldout.parquet"
+    st = p.stat()
+    flip_byte(p, st.st_size // 2)  # same size, still PAR1 at both ends
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # bit rot: the mtime does not move
+    assert store.heal_runs(tmp_path, ["a.s.s0"], ledger) == {}  # sizes and mtimes only, as documented
+    damaged = store.heal_runs(tmp_path, ["a.s.s0"], ledger, hash_all=True)  # on request: every file hashed
+    assert "content changed" in damaged["a.s.s0"][0][0]
+    d2 = complete_run(tmp_path / "runs", "b.s.s0")
+    store.heal_runs(tmp_path, ["b.s.s0"], ledger)
+    flip_byte(d2 / "heldout.parquet", 200)  # an ordinary write: the mtime moves, so it is hashed
+    assert "content changed" in store.heal_runs(tmp_path, ["b.s.s0"], ledger)["b.s.s0"][0][0]
+
+
+def test_a_run_json_without_hashes_is_checked_by_reading_then_by_the_hash_it_had(tmp_path):
+    d = complete_run(tmp_path / "runs", hashes=False)
+    t = complete_run(tmp_path / "runs", "t.s.s0", hashes=False)
+    with open(t / "heldout.parquet", "r+b") as f:  # damaged before it was ever checked
+        f.truncate(300)
+    ledger = tmp_path / "verified.json"
+    damaged = store.heal_runs(tmp_path, ["a.s.s0", "t.s.s0"], ledger)
+    assert list(damaged) == ["t.s.s0"] and "no PAR1 magic bytes" in damaged["t.s.s0"][0][0]
+    assert store.read_json(d / "run.json") == {"run_id": "a.s.s0", "status": "complete"}  # results untouched
+    flip_byte(d / "steps.parquet", 300)  # later damage: the hash recorded at first sight catches it
+    assert "verified earlier as" in store.heal_runs(tmp_path, ["a.s.s0"], ledger)["a.s.s0"][0][0]
+
+
+def test_runs_that_are_not_complete_are_left_to_snakemake(tmp_path):
+    d = complete_run(tmp_path / "runs")
+    store.write_json({"status": "running"}, d / "run.json")
+    (d / "steps.parquet").write_bytes(b"half")
+    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json") == {}
+    assert (d / "steps.parquet").exists()
+
+
+def test_a_damaged_file_read_by_the_analysis_is_named_with_what_to_do(tmp_path):
+    p = tmp_path / "steps.parquet"
+    store.write_table(steps_frame(), p, store.STEPS)
+    p.write_bytes(p.read_bytes()[:-20])
+    with pytest.raises(store.DamagedFile) as e:
+        store.read_table(p)
+    assert str(p) in str(e.value) and "_quarantine" in str(e.value) and "snakemake" in str(e.value)
+
+
+def test_a_full_disk_names_the_file_and_the_filesystem_and_leaves_nothing(tmp_path):
+    def full(tmp):
+        open(tmp, "w").write("part")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(store.DiskFull) as e:
+        store.atomic_write(tmp_path / "x.json", full)
+    assert "disk full" in str(e.value) and str(tmp_path / "x.json") in str(e.value)
+    assert f"mounted at {store.mount_point(tmp_path)}" in str(e.value)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(RuntimeError, match="killed"):  # other failures stay what they are
+        store.atomic_write(tmp_path / "x.json", lambda tmp: (_ for _ in ()).throw(RuntimeError("killed")))

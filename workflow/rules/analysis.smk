@@ -6,6 +6,7 @@ rule analysis:
         steps=[f"{OUT}/runs/{r}/steps.parquet" for r in RUNS],
         heldout=[f"{OUT}/runs/{r}/heldout.parquet" for r in RUNS],
         admission=ADMISSION,
+        quarantined=QUARANTINED,  # a quarantined run is rerun because the analysis is (common.smk)
     output:
         steps=f"{ANALYSIS}/steps.parquet",
         heldout=f"{ANALYSIS}/heldout.parquet",

@@ -12,6 +12,14 @@ ANALYSIS = f"{OUT}/analysis"
 # the site's Slurm settings never reruns finished runs.
 LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", {
     "launcher": config["launcher"], "slurm": {**config.get("slurm", {}), **E.get("slurm", {})}})
+# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
+# its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
+# checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,
+# so the DAG reruns exactly the damaged runs.
+from opd import store
+DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json")
+# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
+QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
 wildcard_constraints:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from opd import config as C
+from opd import store
 
 from . import data
 from .overrides import entry_point, overrides
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     if a.cmd == "heldout":
         from . import gpu
         gpu.heldout_eval(json.loads(a.spec.read_text()), a.run_dir)
+        store.record_files(a.run_dir)  # the new heldout.parquet's hash, or the cache check would take it for damage
         return 0
     if a.cmd == "prepare-data":
         paths = data.prepare(a.train, dict(h.split("=", 1) for h in a.heldout), a.out)

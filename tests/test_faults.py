@@ -1,0 +1,71 @@
+"""Faults from outside the code, on a real Snakemake DAG in a fresh `git clone` of this tree: a damaged
+cache heals (issue 17, item 1) and a full disk fails clearly and resumes (item 4). The time limit and the
+node failure on Slurm are in tests/test_slurm.py."""
+import re
+
+import pandas as pd
+
+from conftest import edit_config, snakemake
+from opd import store
+
+TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
+
+
+def small_toy(c):
+    """The toy experiment cut to one student, two rows and 3 runs of 6 short steps (seconds each). Its
+    base models and admission checks are the committed ones (their specs are unchanged)."""
+    e = c["experiments"]["toy"]
+    e["students"] = {"qwen-s": e["students"]["qwen-s"]}
+    e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
+    e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
+                 for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
+
+
+def jobs_run(r) -> list[tuple[str, str]]:
+    """(rule, wildcards) of every job a `snakemake` run started, from its log."""
+    jobs, rule = [], None
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"^(?:local)?rule (\S+):$", line.strip())
+        if m:
+            rule = m.group(1)
+            jobs.append([rule, ""])
+        elif rule and line.strip().startswith("wildcards:"):
+            jobs[-1][1] = line.strip().split(":", 1)[1].strip()
+    return [tuple(j) for j in jobs]
+
+
+def analysis_content(clone) -> dict:
+    out = {}
+    for p in sorted((clone / "results" / "toy" / "analysis").glob("*.parquet")):
+        df = store.read_table(p)
+        out[p.name] = df.drop(columns=[c for c in TIMING if c in df.columns])
+    return out
+
+
+def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
+    edit_config(clone, small_toy)
+    snakemake(clone, "-c", "2", "analysis")
+    before = analysis_content(clone)
+    runs = clone / "results" / "toy" / "runs"
+    for r in ("bf16.qwen-s.s0", "bf16.qwen-s.s1", "noise-15.qwen-s.s0"):
+        assert "files" in store.read_json(runs / r / "run.json")
+    with open(runs / "bf16.qwen-s.s1" / "steps.parquet", "r+b") as f:  # a copy cut short by a quota
+        f.truncate(f.seek(0, 2) // 2)
+    p = runs / "noise-15.qwen-s.s0" / "heldout.parquet"  # bytes overwritten in place, same size
+    b = bytearray(p.read_bytes())
+    b[len(b) // 2: len(b) // 2 + 8] = bytes(8)
+    p.write_bytes(bytes(b))
+
+    r = snakemake(clone, "-c", "2", "analysis")
+    out = r.stdout + r.stderr
+    assert {w for rule, w in jobs_run(r) if rule == "train"} == {"run_id=bf16.qwen-s.s1", "run_id=noise-15.qwen-s.s0"}
+    assert {rule for rule, _ in jobs_run(r)} == {"train", "analysis"}
+    assert "run bf16.qwen-s.s1 is damaged" in out and "run noise-15.qwen-s.s0 is damaged" in out
+    quarantined = clone / "results" / "toy" / "_quarantine"
+    assert sorted(p.name for p in quarantined.iterdir()) == ["bf16.qwen-s.s1", "log.json", "noise-15.qwen-s.s0"]
+    assert [e["run_id"] for e in store.read_json(quarantined / "log.json")] == ["bf16.qwen-s.s1", "noise-15.qwen-s.s0"]
+    assert (next((quarantined / "noise-15.qwen-s.s0").iterdir()) / "heldout.parquet").read_bytes() == bytes(b)
+    after = analysis_content(clone)
+    assert after.keys() == before.keys()
+    for name in before:  # training is deterministic: every non-timing number comes back
+        pd.testing.assert_frame_equal(after[name], before[name], obj=name)
