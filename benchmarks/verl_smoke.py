@@ -37,7 +37,7 @@ from opd.backends.tiny.task import (  # the toy models' context is exactly their
 from opd.backends.verl import logparse, reward
 from opd.backends.verl.data import toy_task
 from opd.backends.verl.layout import Layout, Pool
-from opd.backends.verl.overrides import entry_point, overrides
+from opd.backends.verl.overrides import entry_point, hydra_value, overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = [{"name": "nvfp4-kv-l0", "weights": "nvfp4", "kv_cache": "fp8_e4m3", "bf16_layers": [0]},
@@ -87,7 +87,8 @@ def command(out: Path, row: dict, gpus: int) -> tuple[str, list[str]]:
                      log_path=str(logparse.attempt_log(run_dir)))
     args += ["actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.trust_remote_code=False",
              # verl scores every batch; its own scorer does not know the toy task
-             f"reward.custom_reward_function.path={reward.__file__}", "reward.custom_reward_function.name=compute_score"]
+             f"reward.custom_reward_function.path={hydra_value(reward.__file__)}",
+             "reward.custom_reward_function.name=compute_score"]
     return entry_point(row), args
 
 

@@ -25,6 +25,7 @@ cache is vLLM's own (`kv_cache_dtype`, `kv_cache_dtype_skip_layers`).
 from __future__ import annotations
 
 import os
+import re
 
 from opd import config as C
 from opd.quant import resolve_layers
@@ -39,12 +40,16 @@ HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension appl
 KV_DTYPE = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
-def _list(xs) -> str:
-    return "[" + ",".join(str(x) for x in xs) + "]"
-
-
 def hydra_value(v) -> str:
-    """A Python value in Hydra's override grammar (dict keys bare, strings quoted)."""
+    """A Python value in Hydra's override grammar, which Hydra and OmegaConf read back as exactly `v`: every
+    override value taken from the config or the filesystem (paths, model names, row names) passes through
+    here. Strings are single-quoted, so a comma, space, bracket, brace, quote, '=', ':' or '$' is text, not a
+    sweep, a list or a second key. Inside Hydra's quotes (hydra/grammar/OverrideLexer.g4, QUOTED_VALUE) a
+    quote is written \\' and backslashes are doubled only right before a quote or the closing one. '${' is
+    refused: OmegaConf reads it as an interpolation, and although '\\${' would compose as text, verl calls
+    OmegaConf.resolve on its config (main_ppo.py:145, fully_async_main.py:54), which unescapes it, so verl's
+    next read of the value would look up an interpolation. Dict keys are bare (they are verl's and vLLM's
+    names, never data)."""
     if isinstance(v, dict):
         return "{" + ",".join(f"{k}:{hydra_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
@@ -52,8 +57,13 @@ def hydra_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return repr(v)
+        if "${" in v:
+            raise ValueError(f"{v!r} contains '${{', which verl's config (OmegaConf, resolved by verl at start) would "
+                             f"read as an interpolation; rename the path or model")
+        return "'" + re.sub(r"(\\*)('|$)", lambda m: 2 * m.group(1) + ("\\'" if m.group(2) else ""), v) + "'"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    raise TypeError(f"no Hydra override form for {type(v).__name__} {v!r}")
 
 
 def entry_point(row: dict) -> str:
@@ -98,19 +108,19 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
     log_path = os.path.abspath(log_path or attempt_log(run_dir))
     o = [
         # data paths absolute: relative ones mean the working directory's (the repository), verl runs in the run folder
-        f"data.train_files={_list([os.path.abspath(v['data']['train'])])}",
-        f"data.val_files={_list([os.path.abspath(f) for f in v['data']['heldout']])}",
-        f"data.max_prompt_length={t['max_prompt_length']}",
-        f"data.max_response_length={t['max_response_length']}",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.model.path={s['model']}",
-        f"actor_rollout_ref.actor.optim.lr={t['lr']}",
+        f"data.train_files={hydra_value([os.path.abspath(v['data']['train'])])}",
+        f"data.val_files={hydra_value([os.path.abspath(f) for f in v['data']['heldout']])}",
+        f"data.max_prompt_length={hydra_value(t['max_prompt_length'])}",
+        f"data.max_response_length={hydra_value(t['max_response_length'])}",
+        f"data.seed={hydra_value(seed)}",
+        f"actor_rollout_ref.model.path={hydra_value(s['model'])}",
+        f"actor_rollout_ref.actor.optim.lr={hydra_value(t['lr'])}",
         # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
-        f"actor_rollout_ref.actor.optim.lr_scheduler_type={t.get('lr_schedule', 'constant')}",
+        f"actor_rollout_ref.actor.optim.lr_scheduler_type={hydra_value(t.get('lr_schedule', 'constant'))}",
         "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
         # one mini-batch per step: one optimizer update per batch of prompts_per_step prompts (for k > 0 also
         # the fully-async trainer's batch, required_samples = ppo_mini_batch_size: fully_async_trainer.py:159)
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={t['prompts_per_step']}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={hydra_value(t['prompts_per_step'])}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
@@ -122,13 +132,13 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
         f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={3 * (t['max_prompt_length'] + t['max_response_length'])}",
         f"{rollout}.name=vllm",
-        f"{rollout}.n={t['responses_per_prompt']}",
-        f"{rollout}.temperature={t['temperature']}",
+        f"{rollout}.n={hydra_value(t['responses_per_prompt'])}",
+        f"{rollout}.temperature={hydra_value(t['temperature'])}",
         f"{rollout}.calculate_log_probs=True",
         "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_old
         f"trainer.save_freq={plan.save_freq}",
         "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={os.path.abspath(run_dir)}/verl_checkpoints",
+        f"trainer.default_local_dir={hydra_value(os.path.join(os.path.abspath(run_dir), 'verl_checkpoints'))}",
         # verl's own validation is off: the held-out evaluation (gpu.heldout_eval) is the measurement
         "trainer.val_before_train=False",
         "trainer.logger=[console,file]",
@@ -137,11 +147,12 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
         "trainer.project_name=opd-budget",
-        f"trainer.experiment_name={row['name']}.{student}.s{seed}",
+        f"trainer.experiment_name={hydra_value(row['name'] + '.' + student + '.s' + str(seed))}",
         *(pools or layout_of(v, row)).overrides(),
     ]
     if k == 0:
-        o += [f"data.train_batch_size={t['prompts_per_step']}", f"trainer.total_training_steps={t['steps']}",
+        o += [f"data.train_batch_size={hydra_value(t['prompts_per_step'])}",
+              f"trainer.total_training_steps={hydra_value(t['steps'])}",
               "trainer.test_freq=-1"]
     else:
         o += [
@@ -149,12 +160,12 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
             # (fully_async_trainer.py:75-76, fully_async_rollouter.py:348-351); the rollouter reads one
             # prompt at a time (gen_batch_size 1, :352) until total_rollout_steps prompts
             "actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0",
-            f"rollout.total_rollout_steps={t['steps'] * t['prompts_per_step']}",
-            f"async_training.trigger_parameter_sync_step={k}", "async_training.staleness_threshold=0",
+            f"rollout.total_rollout_steps={hydra_value(t['steps'] * t['prompts_per_step'])}",
+            f"async_training.trigger_parameter_sync_step={hydra_value(k)}", "async_training.staleness_threshold=0",
             "async_training.partial_rollout=False", "actor_rollout_ref.actor.use_rollout_log_probs=False",
             # at the end fit() logs the last update's metrics only if version % test_freq != 0
             # (fully_async_trainer.py:529-533); one more than the last version also never validates (:817-821)
-            f"trainer.test_freq={t['steps'] // k + 1}",
+            f"trainer.test_freq={hydra_value(t['steps'] // k + 1)}",
         ]
     if r["algorithm"] == "opd":
         o += [
@@ -162,7 +173,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
             "distillation.distillation_loss.loss_mode=k1",
             "distillation.distillation_loss.use_policy_gradient=True",
             "distillation.distillation_loss.use_task_rewards=False",
-            f"distillation.teacher_models.teacher_model.model_path={s['teacher']}",
+            f"distillation.teacher_models.teacher_model.model_path={hydra_value(s['teacher'])}",
             "distillation.teacher_models.teacher_model.key=math",
             "distillation.teacher_key=opd_teacher_key",
             "algorithm.adv_estimator=grpo",  # no task reward: the distillation term is the whole signal

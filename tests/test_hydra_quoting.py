@@ -1,0 +1,71 @@
+"""Every string from the config or the filesystem reaches verl's Hydra config exactly (issue 17, item 2):
+every run of the paper experiment, with hostile but legal paths and model names, composed against verl's
+installed config (as tests/test_verl.py composes them), then resolved as verl resolves it at start."""
+import os
+
+import pytest
+from omegaconf import OmegaConf
+
+from opd import config as C
+from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, hydra_value, overrides
+from test_verl import load_smoke, verl_compose
+
+# legal in a POSIX path or a Hub name: a sweep's comma, a space, list and dict brackets, both quotes, '=',
+# ':', '$' (not '${'), '%', '#', '~', unicode, a backslash inside, before a quote and at the end
+WEIRD = "/srv/d a,b/[x]{y}/'s' \"d\"/k=v:w/$HOME %p #h ~u/ünï ☃/back\\slash/q\\'"
+
+
+def hostile(cfg, tmp_path):
+    e = cfg["experiments"]["paper"]
+    for i, s in enumerate(e["students"].values()):
+        s.update(model=f"{WEIRD}/student {i}\\", teacher=f"{WEIRD}/teacher,{i}'", eagle3=f"{WEIRD}/eagle=3 [{i}]")
+    e["verl"]["data"] = {"train": f"{WEIRD}/train.parquet", "heldout": [f"{WEIRD}/aime,24.parquet", "math 500.parquet"]}
+    return e, f"{tmp_path}/runs, [a]={{b}} 'c' $d ü"
+
+
+def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(tmp_path):
+    cfg = C.load()
+    e, run_root = hostile(cfg, tmp_path)
+    runs = C.runs(cfg, "paper")
+    assert len(runs) >= 22
+    for r in runs:
+        s = e["students"][r.student]
+        row = next(x for x in e["rows"] if x["name"] == r.name)  # as config.yaml writes it
+        run_dir = f"{run_root}/{r.run_id}"
+        ov = overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=run_dir)
+        c = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
+        for resolved in (False, True):  # as composed, and after verl's OmegaConf.resolve (main_ppo.py:145)
+            if resolved:
+                OmegaConf.resolve(c)
+            assert c.actor_rollout_ref.model.path == s["model"], r.run_id
+            assert list(c.data.train_files) == [os.path.abspath(e["verl"]["data"]["train"])]
+            assert list(c.data.val_files) == [os.path.abspath(f) for f in e["verl"]["data"]["heldout"]]
+            assert c.trainer.default_local_dir == os.path.join(os.path.abspath(run_dir), "verl_checkpoints")
+            assert c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == os.path.join(
+                os.path.abspath(run_dir), "verl.0.jsonl")
+            assert c.trainer.experiment_name == r.run_id
+            if row.get("algorithm", "opd") == "opd":
+                assert c.distillation.teacher_models.teacher_model.model_path == s["teacher"]
+            if row.get("speculative"):
+                assert c.actor_rollout_ref.rollout.engine_kwargs.vllm.speculative_config.model == s["eagle3"]
+
+
+def test_the_gpu_smoke_commands_quote_their_paths_too(tmp_path):
+    smoke = load_smoke()
+    out = tmp_path / "smoke, [a]={b} 'c' $d ü\\"
+    entry, ov = smoke.command(out, smoke.ROWS[0], 2)
+    c = verl_compose(ov, entry == ASYNC_ENTRY)
+    assert c.actor_rollout_ref.model.path == str(out / "student")
+    assert list(c.data.train_files) == [str(out / "train.parquet")]
+    assert c.reward.custom_reward_function.path.endswith(os.path.join("opd", "backends", "verl", "reward.py"))
+
+
+def test_an_interpolation_in_a_path_is_refused_before_verl_starts(tmp_path):
+    """'${' composes as text when escaped, but verl resolves its config and would then read it as an
+    interpolation: it is refused, naming the value."""
+    cfg = C.load()
+    next(iter(cfg["experiments"]["paper"]["students"].values()))["model"] = "/models/${USER}/r1"
+    r = C.runs(cfg, "paper")[0]
+    with pytest.raises(ValueError, match=r"'/models/\$\{USER\}/r1' contains '\$\{'"):
+        overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=str(tmp_path))
+    assert hydra_value("$HOME") == "'$HOME'"
