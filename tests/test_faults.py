@@ -1,9 +1,17 @@
 """Faults from outside the code, on a real Snakemake DAG in a fresh `git clone` of this tree: a damaged
 cache heals (issue 17, item 1) and a full disk fails clearly and resumes (item 4). The time limit and the
 node failure on Slurm are in tests/test_slurm.py."""
+import errno
+import os
 import re
+import subprocess
+import threading
+import time
+from pathlib import Path
 
 import pandas as pd
+import pytest
+import torch
 
 from conftest import edit_config, snakemake
 from opd import store
@@ -69,3 +77,81 @@ def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
     assert after.keys() == before.keys()
     for name in before:  # training is deterministic: every non-timing number comes back
         pd.testing.assert_frame_equal(after[name], before[name], obj=name)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mounts a 16 MiB tmpfs at a given folder (root only, as CI runs) and unmounts it afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs the tests as root)")
+    mounted = []
+
+    def mount(where):
+        where.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], check=True)
+        mounted.append(where)
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def fill(folder) -> Path:
+    """Another user's file takes every byte left on the folder's filesystem."""
+    ballast = folder / "ballast"
+    with open(ballast, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    return ballast
+
+
+def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resumes(clone, tmpfs, tmp_path):
+    def one_run(c):
+        small_toy(c)
+        c["experiments"]["toy"]["train"].update(steps=12, checkpoint_every=3)
+    edit_config(clone, one_run)
+    runs = clone / "results" / "toy" / "runs"
+    tmpfs(runs)  # the results folder of the runs on a small filesystem of its own
+    run = runs / "bf16.qwen-s.s0"
+    target = "results/toy/runs/bf16.qwen-s.s0/steps.parquet"
+    filled = {}
+
+    def fill_after_the_first_checkpoint():
+        deadline = time.time() + 120
+        while not (run / "checkpoint.pt").exists() and time.time() < deadline:
+            time.sleep(0.01)
+        filled["ballast"] = fill(runs)
+    t = threading.Thread(target=fill_after_the_first_checkpoint)
+    t.start()
+    r = snakemake(clone, "-c", "1", target, check=False)
+    t.join()
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert f"disk full: no space left on the filesystem mounted at {runs}" in out
+    assert f"while writing results/toy/runs/bf16.qwen-s.s0/checkpoint.pt" in out
+    # nothing partial, nothing that looks complete: the last checkpoint, whole, and no run.json saying complete
+    left = sorted(p.name for p in run.iterdir())
+    assert left in (["checkpoint.pt"], ["checkpoint.pt", "run.json"]), left
+    assert not store.is_complete(run)
+    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert ck["step"] in (3, 6, 9)
+    first_attempt = pd.DataFrame(ck["steps_rows"])
+
+    filled["ballast"].unlink()  # space is freed
+    snakemake(clone, "-c", "1", target)
+    assert store.is_complete(run) and not (run / "checkpoint.pt").exists()
+    steps = store.read_table(run / "steps.parquet")
+    assert steps["step"].tolist() == list(range(12))
+    # continued from the checkpoint: its steps are the first attempt's (their timings too), not retrained
+    pd.testing.assert_frame_equal(steps.iloc[:ck["step"]][first_attempt.columns].reset_index(drop=True),
+                                  first_attempt, check_dtype=False)
+    # and every step once, as an uninterrupted run computes it
+    from opd.backends.tiny.trainer import train_run
+    spec = store.read_json(clone / "results" / "toy" / "_jobs" / "train" / "bf16.qwen-s.s0.json")
+    spec.update(student_path=str(clone / spec["student_path"]), teacher_path=str(clone / spec["teacher_path"]))
+    train_run(spec, tmp_path / "straight")
+    straight = store.read_table(tmp_path / "straight" / "steps.parquet")
+    pd.testing.assert_frame_equal(steps.drop(columns=TIMING), straight.drop(columns=TIMING))
