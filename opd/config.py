@@ -14,14 +14,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from opd.rows import Row
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-# Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
-# that editing them never reruns existing runs.
-PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
-ROW_DEFAULTS = {"weights": "none", "kv_cache": "none", "bf16_layers": [], "staleness": 0, "noise_sigma": 0.0,
-                "algorithm": "opd", "variant": "none", "speculative": False, "baseline": False, "lr": None,
-                "reference": None}
 # Training settings only the verl backend reads (the schema types every key of `train`).
 VERL_TRAIN_KEYS = ("temperature", "max_prompt_length", "max_response_length")
 # Row fields that override the experiment's training settings for that row's runs.
@@ -36,38 +32,22 @@ class ConfigError(ValueError):
 class Run:
     run_id: str
     experiment: str
-    row: dict  # as written in config.yaml
+    row: Row
     student: str
     seed: int
 
     @property
     def name(self) -> str:
-        return self.row["name"]
-
-    @property
-    def resolved(self) -> dict:
-        return {**ROW_DEFAULTS, **self.row}
-
-    def params(self) -> dict:
-        """What the training job computes from: the row's own fields (not defaults, not placement)."""
-        return {k: v for k, v in self.row.items() if k not in PLACEMENT_FIELDS}
+        return self.row.name
 
 
 def run_id(row_name: str, student: str, seed: int) -> str:
     return f"{row_name}.{student}.s{seed}"
 
 
-def in_budget(row: dict) -> bool:
-    """A row the budget is measured on: a plain OPD engine (no update variant), trained with the
-    experiment's own settings and compared with the baseline."""
-    r = {**ROW_DEFAULTS, **row}
-    unset = lambda v: v is None or v != v  # noqa: E731  (None in config.yaml, NaN once read back from Parquet)
-    return r["algorithm"] == "opd" and r["variant"] == "none" and unset(r["lr"]) and unset(r["reference"])
-
-
-def run_settings(train: dict, row: dict) -> dict:
+def run_settings(train: dict, row: Row) -> dict:
     """A run's training settings: the experiment's `train`, with the row's overrides (TRAIN_OVERRIDES)."""
-    return {**train, **{k: row[k] for k in TRAIN_OVERRIDES if row.get(k) is not None}}
+    return {**train, **{k: getattr(row, k) for k in TRAIN_OVERRIDES if getattr(row, k) is not None}}
 
 
 def student_params(student: dict) -> float:
@@ -144,42 +124,42 @@ def cross_field_errors(cfg: dict) -> list[str]:
                       f"known: {sorted(cfg['experiments'])}")
     for exp, e in cfg["experiments"].items():
         students = e["students"]
-        baselines = [r["name"] for r in e["rows"] if r.get("baseline")]
+        matrix = [Row.of(r) for r in e["rows"]]
+        baselines = [r.name for r in matrix if r.baseline]
         if len(baselines) != 1:
             errors.append(f"experiment {exp!r}, field 'rows': exactly one row must have baseline: true, "
                           f"found {len(baselines)} {baselines}")
+        first = next(iter(students))
         seen = {}
-        for i, r in enumerate(e["rows"]):
-            where = f"experiment {exp!r}, row {i} ({r['name']!r})"
-            if r["name"] in seen:
-                errors.append(f"{where}, field 'name': duplicate of row {seen[r['name']]}")
-            seen.setdefault(r["name"], i)
-            for s in r.get("students", []):
+        for i, r in enumerate(matrix):
+            where = f"experiment {exp!r}, row {i} ({r.name!r})"
+            if r.name in seen:
+                errors.append(f"{where}, field 'name': duplicate of row {seen[r.name]}")
+            seen.setdefault(r.name, i)
+            for s in r.students or ():
                 if s not in students:
                     errors.append(f"{where}, field 'students': unknown student {s!r}; known: {sorted(students)}")
-            for s in r.get("students", [next(iter(students))]):
+            for s in r.students_or(first):
                 n = students.get(s, {}).get("layers")
-                for layer in r.get("bf16_layers", []):
+                for layer in r.bf16_layers:
                     if n is not None and not -n <= layer < n:
                         errors.append(f"{where}, field 'bf16_layers': layer {layer} out of range for student "
                                       f"{s!r} with {n} layers")
-                if n is not None and len({i % n for i in r.get("bf16_layers", [])}) >= n:
+                if n is not None and len({i % n for i in r.bf16_layers}) >= n:
                     errors.append(f"{where}, field 'bf16_layers': keeps every layer of student {s!r} in BF16, "
                                   f"so the row quantizes nothing")
-            ref = r.get("reference")
-            if ref is not None:
-                target = next((x for x in e["rows"] if x["name"] == ref), None)
-                if target is None or ref == r["name"]:
-                    errors.append(f"{where}, field 'reference': {ref!r} is not another row of the experiment")
-                elif target.get("algorithm", "opd") != "opd":
-                    errors.append(f"{where}, field 'reference': {ref!r} is an RL row; Δ compares OPD runs")
+            if r.reference is not None:
+                target = next((x for x in matrix if x.name == r.reference), None)
+                if target is None or r.reference == r.name:
+                    errors.append(f"{where}, field 'reference': {r.reference!r} is not another row of the experiment")
+                elif target.algorithm != "opd":
+                    errors.append(f"{where}, field 'reference': {r.reference!r} is an RL row; Δ compares OPD runs")
                 else:
-                    first = [next(iter(students))]
-                    missing = set(r.get("students", first)) - set(target.get("students", first))
+                    missing = set(r.students_or(first)) - set(target.students_or(first))
                     if missing:
-                        errors.append(f"{where}, field 'reference': row {ref!r} does not run student(s) "
+                        errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
                                       f"{sorted(missing)}, so there is nothing to compare with")
-            if r.get("bf16_layers") and r.get("weights", "none") == "none" and r.get("kv_cache", "none") == "none":
+            if r.bf16_layers and r.weights == "none" and r.kv_cache == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})
         verl_only = [k for k in VERL_TRAIN_KEYS if k in t]
@@ -198,11 +178,11 @@ def cross_field_errors(cfg: dict) -> list[str]:
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
                     errors.append(f"experiment {exp!r}, row {i} ({r['name']!r}), field {field!r}: verl backend: {why}")
-        if e["rows"] and baselines:
-            base = next(r for r in e["rows"] if r.get("baseline"))
-            missing = set(students) - set(base.get("students", [next(iter(students))]))
-            if missing and any(set(r.get("students", [])) & missing for r in e["rows"]):
-                errors.append(f"experiment {exp!r}, row ({base['name']!r}), field 'students': the baseline must "
+        if matrix and baselines:
+            base = next(r for r in matrix if r.baseline)
+            missing = set(students) - set(base.students_or(first))
+            if missing and any(set(r.students or ()) & missing for r in matrix):
+                errors.append(f"experiment {exp!r}, row ({base.name!r}), field 'students': the baseline must "
                               f"cover every student other rows use; missing {sorted(missing)}")
     return errors
 
@@ -212,16 +192,20 @@ def runs(cfg: dict, experiment: str | None = None) -> list[Run]:
     e = cfg["experiments"][exp]
     first = next(iter(e["students"]))
     out = []
-    for r in e["rows"]:
-        for s in r.get("students", [first]):
-            for seed in r.get("seeds", e["seeds"]):
-                out.append(Run(run_id(r["name"], s, seed), exp, r, s, seed))
+    for r in rows(cfg, exp):
+        for s in r.students_or(first):
+            for seed in r.seeds or e["seeds"]:
+                out.append(Run(run_id(r.name, s, seed), exp, r, s, seed))
     return out
 
 
-def baseline_row(cfg: dict, experiment: str | None = None) -> dict:
-    e = cfg["experiments"][experiment or cfg["experiment"]]
-    return next(r for r in e["rows"] if r.get("baseline"))
+def rows(cfg: dict, experiment: str | None = None) -> list[Row]:
+    """An experiment's rows, each built once."""
+    return [Row.of(r) for r in cfg["experiments"][experiment or cfg["experiment"]]["rows"]]
+
+
+def baseline_row(cfg: dict, experiment: str | None = None) -> Row:
+    return next(r for r in rows(cfg, experiment) if r.baseline)
 
 
 def dumps(obj) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from opd import config as C
 from opd import provenance, store
+from opd.rows import Row
 
 
 def _now() -> str:
@@ -23,7 +24,7 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     meta_path = run_dir / "run.json"
     previous = store.read_json(meta_path) if meta_path.exists() else {}
     meta = {
-        "run_id": spec["run_id"], "experiment": spec["experiment"], "row": {**C.ROW_DEFAULTS, **spec["row"]},
+        "run_id": spec["run_id"], "experiment": spec["experiment"], "row": Row.of(spec["row"]).resolved(),
         "row_hash": provenance.sha256_text(C.dumps(spec["row"])), "student": spec["student"], "seed": spec["seed"],
         "backend": spec["backend"], "settings": spec["settings"], "code": provenance.code_version(),
         "packages": provenance.package_versions(), "hardware": provenance.hardware(),

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from opd import provenance, store  # noqa: E402
+from opd.rows import Row  # noqa: E402
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7837", "#c51b7d", "#4d4d4d"
@@ -63,33 +64,13 @@ def save_figure(fig, pdf, png, inputs) -> None:
     plt.close(fig)
 
 
-def family(row: dict) -> str:
-    """Which mismatch source a row is about, for colours and grouping."""
-    if row.get("baseline"):
-        return "baseline"
-    if row.get("algorithm", "opd") != "opd":
-        return "rl"
-    kinds = [k for k, on in (("weights", row.get("weights", "none") != "none"),
-                             ("kv_cache", row.get("kv_cache", "none") != "none"),
-                             ("staleness", bool(row.get("staleness"))), ("noise", bool(row.get("noise_sigma"))))
-             if on]
-    if not kinds:  # the standard engine under other training settings (an ablation's reference)
-        return "baseline"
-    return kinds[0] if len(kinds) == 1 else "combined"
-
-
-ENGINE_FIELDS = ("weights", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
-
-
-def engine_key(row: dict) -> tuple:
-    """What a row's rollout engine is (its numerics and staleness), whatever the algorithm or variant."""
-    return tuple(tuple(row[k]) if k == "bf16_layers" else row[k] for k in ENGINE_FIELDS)
-
-
 def rows_frame(path) -> pd.DataFrame:
+    """The analysis's rows.parquet with what opd.rows.Row says of each row: its family (mismatch source),
+    whether the budget is measured on it, and its engine (numerics and staleness)."""
     rows = store.read_table(path)
-    rows["family"] = [family(r) for r in rows.to_dict("records")]
-    return rows
+    R = [Row.of(r) for r in rows.to_dict("records")]
+    return rows.assign(family=[r.family for r in R], in_budget=[r.in_budget for r in R],
+                       engine_key=[r.engine_key for r in R])
 
 
 def _fmt(v, digits: int):

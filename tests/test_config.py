@@ -4,6 +4,7 @@ import copy
 import pytest
 
 from opd import config as C
+from opd.rows import Row
 
 
 def err(cfg) -> str:
@@ -120,7 +121,7 @@ def test_unknown_student_in_a_row(toy_config):
 
 
 def test_run_ids_do_not_depend_on_other_columns(toy_config):
-    before = {r.run_id: r.params() for r in C.runs(toy_config)}
+    before = {r.run_id: r.row.params() for r in C.runs(toy_config)}
     for r in rows(toy_config):
         r["speculative"] = False  # a column added to every row
     after = [r.run_id for r in C.runs(toy_config)]
@@ -130,7 +131,7 @@ def test_run_ids_do_not_depend_on_other_columns(toy_config):
 
 def test_placement_fields_are_not_params(toy_config):
     r = next(r for r in C.runs(toy_config) if r.run_id == "fp8w.qwen-s.s0")
-    assert r.params() == {"name": "fp8w", "weights": "fp8_tensor"}
+    assert r.row.params() == {"name": "fp8w", "weights": "fp8_tensor"}
 
 
 def test_verl_settings_are_checked_before_any_job(toy_config):
@@ -174,10 +175,10 @@ def test_bad_row_lr(toy_config, lr):
 def test_row_lr_reaches_the_runs_settings_and_reference_does_not(toy_config):
     _, r = row(toy_config, "lr3e-5-k1")
     train = toy_config["experiments"]["toy"]["train"]
-    assert C.run_settings(train, r)["lr"] == 3e-5 and C.run_settings(train, {"name": "x"})["lr"] == train["lr"]
+    assert C.run_settings(train, Row.of(r))["lr"] == 3e-5 and C.run_settings(train, Row("x"))["lr"] == train["lr"]
     run = next(x for x in C.runs(toy_config) if x.name == "lr3e-5-k1")
-    assert "reference" not in run.params() and run.params()["lr"] == 3e-5  # editing a reference retrains nothing
-    assert not C.in_budget(r) and C.in_budget({"name": "x", "weights": "nvfp4"})
+    assert "reference" not in run.row.params() and run.row.params()["lr"] == 3e-5  # editing a reference retrains nothing
+    assert not Row.of(r).in_budget and Row.of({"name": "x", "weights": "nvfp4"}).in_budget
 
 
 def test_train_settings_are_typed_and_belong_to_the_backend(toy_config):

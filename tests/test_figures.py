@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from opd import config as C
-from opd import provenance, store
+from opd import provenance, report, store
+from opd.rows import Row
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -65,7 +65,7 @@ def make_runs(d: Path):
         store.write_table(pd.concat(frames), d / f"{rid}.heldout.parquet", store.HELDOUT)
         steps_files.append(str(d / f"{rid}.steps.parquet"))
         held_files.append(str(d / f"{rid}.heldout.parquet"))
-        if seed == 0 and C.in_budget(r) and not r.get("staleness"):
+        if seed == 0 and Row.of(r).in_budget and not Row.of(r).staleness:
             p = d / f"adm.{name}.parquet"
             store.write_table(pd.DataFrame([{"config": name, "student": "m", "d_hat": D[name] / 1.3}]), p)
             adm_files.append(str(p))
@@ -80,7 +80,7 @@ def analysis(tmp_path_factory):
     out = Files(**{k: str(a / f"{k}.parquet") for k in ("steps", "heldout", "rows", "verdicts", "budget", "admission",
                                                          "rl", "noise", "null_deltas", "staleness_lr")},
                 admission_summary=str(a / "admission_summary.json"))
-    params = SimpleNamespace(rows=[{**C.ROW_DEFAULTS, **r} for r in ROWS], baseline="bf16", tau=0.2,
+    params = SimpleNamespace(rows=[Row.of(r).resolved() for r in ROWS], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4)
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
@@ -187,8 +187,9 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
     assert "Fails under the seed-aware rule (m):** n3" in text and "Budget of m at τ = 20%**, seed-aware rule" in text
     # a changed input changes the sentence: the noise sentence follows the noise table
     tables = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
+    tables["rows"] = report.rows_frame(analysis / "rows.parquet")
     tables["noise"]["sd_single"] = 0.123
     again = mod.findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
-                         tables["staleness_lr"], tables["heldout"], tables["rows"].assign(), None, tables["rl"], 0.2,
+                         tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
                          "bf16", "m")
     assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again

@@ -45,7 +45,7 @@ def paper():
 def test_every_paper_run_composes_against_verls_config(paper):
     assert len(paper) >= 17 + 3 + 2
     for run_id, (r, ov) in paper.items():
-        k = r.resolved["staleness"]
+        k = r.row.staleness
         cfg = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
         rollout = cfg.actor_rollout_ref.rollout
         assert rollout.n == 8 and rollout.temperature == 1.0 and cfg.data.max_response_length == 16384
@@ -62,18 +62,18 @@ def test_every_paper_run_composes_against_verls_config(paper):
             assert not cfg.actor_rollout_ref.hybrid_engine and cfg.data.train_batch_size == 0
             assert cfg.rollout.total_rollout_steps == 200 * 8 and cfg.async_training.trigger_parameter_sync_step == k
             assert cfg.trainer.save_freq == 40 // k and cfg.trainer.test_freq == 200 // k + 1
-        if r.resolved["algorithm"] == "opd":
+        if r.row.algorithm == "opd":
             loss = cfg.distillation.distillation_loss
             assert cfg.distillation.enabled and loss.loss_mode == "k1" and loss.use_policy_gradient
             assert not loss.use_task_rewards
         else:
             assert not cfg.distillation.enabled and cfg.algorithm.adv_estimator == "grpo"
         vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
-        if r.resolved["kv_cache"] != "none":
-            assert vllm["kv_cache_dtype"] == r.resolved["kv_cache"]
-        if r.resolved["weights"] != "none" or r.resolved["noise_sigma"]:
+        if r.row.kv_cache != "none":
+            assert vllm["kv_cache_dtype"] == r.row.kv_cache
+        if r.row.weights != "none" or r.row.noise_sigma:
             assert vllm["worker_extension_cls"] == "opd.backends.verl.hook.WeightNumerics"
-            assert vllm["additional_config"]["opd_numerics"]["weights"] == r.resolved["weights"]
+            assert vllm["additional_config"]["opd_numerics"]["weights"] == r.row.weights
 
 
 def verl_startup_checks(cfg) -> None:
@@ -489,12 +489,12 @@ def test_fully_async_trainer_and_rollouter_accept_the_k_rows(paper, toy_verl_dat
     servers are stood in by their count (GPU-only)."""
     import asyncio
     _, rollouter_mod = async_modules()
-    rows = {r.name: (r, ov) for r, ov in paper.values() if r.resolved["staleness"] > 0}
+    rows = {r.name: (r, ov) for r, ov in paper.values() if r.row.staleness > 0}
     assert set(rows) == {"stale-k1", "stale-k2", "stale-k4", "stale-k8", "modelopt-fp8-k8"}
     local = [f"data.train_files=[{toy_verl_data['train']}]", f"data.val_files=[{toy_verl_data['heldout']}]",
              f"actor_rollout_ref.model.path={toy_verl_data['dir'] / 'tok'}"]
     for name, (r, ov) in rows.items():
-        k = r.resolved["staleness"]
+        k = r.row.staleness
         cfg, tok, trainer = async_parts(verl_compose(ov + local, True), tmp_path / f"{name}.jsonl", monkeypatch)
         assert trainer.required_samples == 8 and trainer.trigger_parameter_sync_step == k
         assert trainer.resource_pool_manager.resource_pool_spec == {"trainer_pool": [4]}
@@ -716,9 +716,9 @@ def test_layout_slurm_shape_follows_verls_pool_arithmetic(paper):
     from opd import launch
     slurm = C.load()["experiments"]["paper"]["slurm"]
     for run_id, (r, ov) in paper.items():
-        k = r.resolved["staleness"]
+        k = r.row.staleness
         cfg = verl_compose(ov, k > 0)
-        spec = {"backend": "verl", "row": r.row, "verl": C.load()["experiments"]["paper"]["verl"]}
+        spec = {"backend": "verl", "row": r.row.params(), "verl": C.load()["experiments"]["paper"]["verl"]}
         shape = launch.train_shape(spec, slurm)
         assert shape["tasks_per_node"] == 1 and shape["cpus_per_task"] == slurm["cpus_per_task"]
         pools = create_resource_pool_manager(cfg, roles=[Role.Actor]).resource_pool_spec  # {"trainer_pool": [...]}

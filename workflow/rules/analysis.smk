@@ -20,8 +20,8 @@ rule analysis:
         null_deltas=f"{ANALYSIS}/null_deltas.parquet",
         staleness_lr=f"{ANALYSIS}/staleness_lr.parquet",
     params:
-        rows=[{**C.ROW_DEFAULTS, **r} for r in E["rows"]],
-        baseline=C.baseline_row(config)["name"],
+        rows=[r.resolved() for r in ROWS.values()],
+        baseline=BASELINE,
         tau=E["tau"],
         taus=E.get("taus", [E["tau"]]),
         bootstrap=E["bootstrap"],

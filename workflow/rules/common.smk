@@ -2,6 +2,8 @@
 EXP = config["experiment"]
 E = config["experiments"][EXP]
 BACKEND = E["backend"]
+ROWS = {r.name: r for r in C.rows(config)}  # opd.rows.Row: defaults and predicates, written once
+BASELINE = C.baseline_row(config).name
 RUNS = {r.run_id: r for r in C.runs(config)}
 PRIMARY = next(iter(E["students"]))
 STUDENT_RANK = {s: i for i, s in enumerate(sorted(E["students"], key=lambda s: C.student_params(E["students"][s])))}
@@ -59,9 +61,5 @@ def spec_file(kind, name, spec):
 
 
 def opd_engine_rows():
-    """Rows that describe an engine for OPD (budget rows, C.in_budget, without staleness): admission candidates."""
-    return [r for r in E["rows"] if C.in_budget(r) and not r.get("staleness")]
-
-
-def row_students(row):
-    return row.get("students", [PRIMARY])
+    """Rows that describe an engine for OPD (budget rows without staleness): the admission check's candidates."""
+    return [r for r in ROWS.values() if r.in_budget and not r.staleness]

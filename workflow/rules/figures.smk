@@ -19,7 +19,7 @@ FIGURE_INPUTS = {
 # 1536-responses/step experiment that the paper matrix does not hold.
 MEASURED_HERE = {"memory_bound"} if BACKEND != "tiny" else set()
 FIGURES = [f"{FIG}/{name}.{ext}" for name in FIGURE_INPUTS if name not in MEASURED_HERE for ext in ("pdf", "png")]
-FIGURE_PARAMS = {"experiment": EXP, "tau": E["tau"], "baseline": C.baseline_row(config)["name"], "primary": PRIMARY}
+FIGURE_PARAMS = {"experiment": EXP, "tau": E["tau"], "baseline": BASELINE, "primary": PRIMARY}
 
 
 rule figure_budget:

@@ -1,14 +1,8 @@
 # Stage 1b: measurements that need no training: the admission check, the per-layer KV-cache
 # attribution, and the two throughput measurements.
-ADMISSION = [f"{OUT}/admission/{r['name']}.{s}.parquet" for r in opd_engine_rows() for s in row_students(r)]
-KV_RECIPES = sorted({r["kv_cache"] for r in E["rows"] if r.get("kv_cache", "none") != "none"})
-STALENESS = sorted({0} | {r.get("staleness", 0) for r in E["rows"]})
-
-
-def row_named(name):
-    """A row's computed fields (not where or how often it runs), as its jobs' specs hold them."""
-    row = next(r for r in E["rows"] if r["name"] == name)
-    return {k: v for k, v in row.items() if k not in C.PLACEMENT_FIELDS}
+ADMISSION = [f"{OUT}/admission/{r.name}.{s}.parquet" for r in opd_engine_rows() for s in r.students_or(PRIMARY)]
+KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
+STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 
 
 def offline_inputs(kind, name, student, **fields):
@@ -21,7 +15,7 @@ def offline_inputs(kind, name, student, **fields):
 
 rule admission:
     input:
-        unpack(lambda w: offline_inputs("admission", f"{w.row}.{w.student}", w.student, row=row_named(w.row),
+        unpack(lambda w: offline_inputs("admission", f"{w.row}.{w.student}", w.student, row=ROWS[w.row].params(),
                                         **{k: v for k, v in E["admission"].items() if k in ("prompts", "responses", "seed")})),
     output:
         f"{OUT}/admission/{{row}}.{{student}}.parquet",
@@ -31,7 +25,7 @@ rule admission:
 
 rule kv_attribution:
     input:
-        unpack(lambda w: offline_inputs("kv_attribution", PRIMARY, PRIMARY, recipes=KV_RECIPES, prompts=64,
+        unpack(lambda w: offline_inputs("kv_attribution", PRIMARY, PRIMARY, recipes=KV_CACHE_RECIPES, prompts=64,
                                         responses=4, seed=E["admission"].get("seed", 0))),
     output:
         f"{ANALYSIS}/kv_attribution.parquet",
@@ -66,11 +60,10 @@ rule throughput_from_runs:
     """verl: async throughput from the training runs of the staleness rows (k from each row)."""
     input:
         [f"{OUT}/runs/{r.run_id}/steps.parquet" for r in RUNS.values() if r.student == PRIMARY
-         and r.resolved["algorithm"] == "opd" and r.resolved["variant"] == "none"
-         and r.resolved["weights"] == r.resolved["kv_cache"] == "none" and not r.resolved["noise_sigma"]],
+         and r.row.is_plain_opd and r.row.has_standard_numerics],
     output:
         f"{ANALYSIS}/async_throughput_runs.parquet",
     params:
-        staleness={r["name"]: r.get("staleness", 0) for r in E["rows"]},
+        staleness={r.name: r.staleness for r in ROWS.values()},
     script:
         "../scripts/throughput_from_runs.py"

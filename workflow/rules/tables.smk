@@ -10,7 +10,7 @@ TABLE_INPUTS = {
     "noise": [f"{ANALYSIS}/noise.parquet"],
 }
 TABLES = [f"{FIG}/tables/{name}.{ext}" for name in TABLE_INPUTS for ext in ("md", "tex")]
-TABLE_PARAMS = {"experiment": EXP, "baseline": C.baseline_row(config)["name"], "primary": PRIMARY,
+TABLE_PARAMS = {"experiment": EXP, "baseline": BASELINE, "primary": PRIMARY,
                 "infra": E.get("infra", {}), "students": E["students"], "backend": BACKEND}
 
 
@@ -126,7 +126,7 @@ rule findings:
         md=f"{FIG}/findings.md",
     params:
         tau=E["tau"],
-        baseline=C.baseline_row(config)["name"],
+        baseline=BASELINE,
         primary=PRIMARY,
         alpha=E["admission"]["alpha"],
         L=E["admission"]["L"],

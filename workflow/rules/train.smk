@@ -4,7 +4,7 @@
 def train_inputs(w):
     r = RUNS[w.run_id]
     base = base_inputs(r.student)
-    spec = job_spec(run_id=r.run_id, row=r.params(), student=r.student, seed=r.seed,
+    spec = job_spec(run_id=r.run_id, row=r.row.params(), student=r.student, seed=r.seed,
                     student_spec=E["students"][r.student], settings=C.run_settings(E["train"], r.row),
                     student_path=base.get("student"), teacher_path=base.get("teacher"))
     return {**base, "spec": spec_file("train", r.run_id, spec)}

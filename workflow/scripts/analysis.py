@@ -2,30 +2,27 @@
 import numpy as np
 import pandas as pd
 
-from opd import config as C
 from opd import stats, store
-from opd.report import engine_key
+from opd.rows import Row
 
 
 def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
     """Each RL run against the same algorithm on the standard engine, next to OPD under that engine.
     Collapse (fixed in advance, as in the paper): held-out accuracy at least 5 points below the
     standard-engine run of the same algorithm."""
-    rows = rows.assign(key=[engine_key(r) for r in rows.to_dict("records")])
-    standard = engine_key({"weights": "none", "kv_cache": "none", "bf16_layers": [], "staleness": 0, "noise_sigma": 0.0})
+    R = [Row.of(r) for r in rows.to_dict("records")]
     acc = heldout.groupby(["student", "config", "step"])["correct"].mean().reset_index()
     final = stats.final_heldout(heldout).groupby(["student", "config"])["correct"].mean()
     ent = steps.groupby(["student", "config"])["entropy"].agg(["first", "last"])
     D = stats.run_mismatch(steps).set_index(["student", "config"])["D"]
     out = []
-    for r in rows[rows["algorithm"] != "opd"].to_dict("records"):
+    for rr in [x for x in R if x.algorithm != "opd"]:
+        r = rr.resolved()
         for student in sorted(heldout.loc[heldout["config"] == r["name"], "student"].unique()):
-            has_student = rows["name"].isin(heldout.loc[heldout["student"] == student, "config"])
-            ref = rows[has_student & (rows["algorithm"] == r["algorithm"]) & (rows["variant"] == "none")
-                       & (rows["key"] == standard)]
-            opd = rows[has_student & (rows["algorithm"] == "opd") & (rows["variant"] == "none") & (rows["key"] == r["key"])]
-            ref_name = ref["name"].iloc[0] if len(ref) else None
-            opd_name = opd["name"].iloc[0] if len(opd) else None
+            ran = set(heldout.loc[heldout["student"] == student, "config"])
+            ref_name = next((x.name for x in R if x.name in ran and x.algorithm == rr.algorithm and x.variant == "none"
+                             and x.is_standard_engine), None)
+            opd_name = next((x.name for x in R if x.name in ran and x.is_plain_opd and x.engine_key == rr.engine_key), None)
             v = verdicts.set_index(["student", "config"])
             a0 = acc[(acc["config"] == r["name"]) & (acc["student"] == student)].sort_values("step")["correct"].iloc[0]
             change = 100 * (final[(student, r["name"])] - final[(student, ref_name)]) if ref_name else float("nan")
@@ -46,8 +43,7 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
 def staleness_lr(rows: pd.DataFrame, verdicts: pd.DataFrame, student: str, train_lr: float) -> pd.DataFrame:
     """Staleness-only OPD rows of one student (no numerics, no noise), with their learning rate: Delta
     against each row's reference (the same lr at k = 0), D, and both rules' intervals and verdicts."""
-    r = rows[(rows["algorithm"] == "opd") & (rows["variant"] == "none") & (rows["weights"] == "none")
-             & (rows["kv_cache"] == "none") & (rows["noise_sigma"] == 0)]
+    r = rows[[Row.of(x).is_plain_opd and Row.of(x).has_standard_numerics for x in rows.to_dict("records")]]
     r = r.assign(lr=r["lr"].astype(float).fillna(train_lr), k=r["staleness"].astype(int))[["name", "lr", "k"]]
     v = verdicts[verdicts["student"] == student]
     cols = ["config", "reference", "D", "delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds", "verdict",
@@ -71,13 +67,14 @@ def main(inp, out, params):
     store.write_table(rows, out.rows)
 
     b = params.bootstrap
-    opd = rows.loc[rows["algorithm"] == "opd", "name"]
-    references = {r["name"]: r["reference"] for r in params.rows if r["reference"]}
+    R = [Row.of(r) for r in params.rows]
+    opd = [r.name for r in R if r.algorithm == "opd"]
+    references = {r.name: r.reference for r in R if r.reference}
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
                        tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references)
     store.write_table(v, out.verdicts)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
-    engines = [r["name"] for r in params.rows if C.in_budget(r)]
+    engines = [r.name for r in R if r.in_budget]
     store.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()

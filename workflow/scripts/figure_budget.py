@@ -5,7 +5,6 @@ the seed-aware rule, markers, error bars and the band follow that rule (the pape
 panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range."""
 import numpy as np
 
-from opd import config as C
 from opd import report, store
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
@@ -50,7 +49,7 @@ def main(inp, out, params):
     v = store.read_table(inp[0])
     budget = store.read_table(inp[1])
     rows = report.rows_frame(inp[2])
-    engines = rows[[C.in_budget(r) for r in rows.to_dict("records")]]
+    engines = rows[rows["in_budget"]]
     v = v.merge(engines[["name", "family"]], left_on="config", right_on="name")
     students = [params.primary] + sorted(set(v["student"]) - {params.primary})
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),

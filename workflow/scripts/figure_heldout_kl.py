@@ -2,7 +2,6 @@
 coloured by its verdict."""
 import numpy as np
 
-from opd import config as C
 from opd import report, store
 
 
@@ -11,7 +10,7 @@ def main(inp, out, params):
     rows = report.rows_frame(inp[1])
     v = store.read_table(inp[2])
     v = v[v["student"] == params.primary].set_index("config")
-    names = rows.loc[[C.in_budget(r) for r in rows.to_dict("records")], "name"]
+    names = rows.loc[rows["in_budget"], "name"]
     curves = held[(held["student"] == params.primary) & held["config"].isin(names)]
     curves = curves.groupby(["config", "step"])["kl"].mean().reset_index()
     fig, ax = report.figure(height=2.5)

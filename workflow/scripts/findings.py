@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pandas as pd
 
-from opd import config as C
 from opd import report, store
 
 NOISE = ("- **Instrument noise.** The standard engine against itself, one seed against another: Δ has SD "
@@ -66,7 +65,7 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
     for n in noise.to_dict("records"):
         d = pairs.loc[pairs["student"] == n["student"], "delta"]
         out.append(NOISE.format(**n, n_row=n["n_seeds_row"], lo=d.min(), hi=d.max()))
-    in_budget = set(rows.loc[[C.in_budget(r) for r in rows.to_dict("records")], "name"])
+    in_budget = set(rows.loc[rows["in_budget"], "name"])
     for student in students:
         for b in budget[(budget["student"] == student) & np.isclose(budget["tau"], tau)].to_dict("records"):
             out.append(budget_sentence(pd.Series(b)))

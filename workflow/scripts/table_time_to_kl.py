@@ -2,7 +2,6 @@
 improvement, for every OPD row (linear interpolation between evaluations)."""
 import pandas as pd
 
-from opd import config as C
 from opd import report, stats, store
 
 
@@ -10,7 +9,7 @@ def main(inp, out, params):
     held = store.read_table(inp[0])
     st = store.read_table(inp[1])
     rows = report.rows_frame(inp[2])
-    names = rows.loc[[C.in_budget(r) for r in rows.to_dict("records")], "name"]
+    names = rows.loc[rows["in_budget"], "name"]
     held = held[held["config"].isin(names)]
     kl = held.groupby(["student", "config", "step"])["kl"].mean().reset_index()
     secs = st.groupby(["student", "config", "step"])["step_s"].mean().groupby(level=[0, 1]).cumsum()

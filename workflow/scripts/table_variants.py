@@ -9,7 +9,7 @@ def main(inp, out, params):
     v = store.read_table(inp[0])
     rows = report.rows_frame(inp[1])
     opd = rows[rows["algorithm"] == "opd"]
-    opd = opd.assign(key=[report.engine_key(r) for r in opd.to_dict("records")])
+    opd = opd.assign(key=opd["engine_key"])
     variants = opd[opd["variant"] != "none"]
     out_rows = []
     for r in variants.to_dict("records"):

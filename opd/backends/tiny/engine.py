@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, resolve_layers
+from opd.rows import Row
 
 from .model import Decoder, ModelConfig
 from .task import EOS_ID, PAD_ID, RESPONSE_LEN
@@ -27,10 +28,9 @@ class Numerics:
     noise_seed: int = 0
 
     @classmethod
-    def of_row(cls, row: dict, seed: int = 0) -> "Numerics":
-        return cls(weights=row.get("weights", "none"), kv_cache=row.get("kv_cache", "none"),
-                   bf16_layers=tuple(row.get("bf16_layers", ())), noise_sigma=float(row.get("noise_sigma", 0.0)),
-                   noise_seed=seed)
+    def of_row(cls, row: Row, seed: int = 0) -> "Numerics":
+        return cls(weights=row.weights, kv_cache=row.kv_cache, bf16_layers=row.bf16_layers,
+                   noise_sigma=row.noise_sigma, noise_seed=seed)
 
 
 class KVCache:

@@ -12,6 +12,7 @@ import torch
 
 from opd import store
 from opd.quant import kv_attribution_cases
+from opd.rows import Row
 
 from . import model as M
 from .base import train_base
@@ -40,7 +41,7 @@ def admission_job(spec: dict, out: Path) -> None:
     student = M.load(spec["student_path"])
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     t = time.perf_counter()
-    d_hat = offline_mismatch(student, Numerics.of_row(spec["row"], spec["seed"]), prompts, spec["seed"])
+    d_hat = offline_mismatch(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts, spec["seed"])
     store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
                                      "n_sequences": len(prompts), "seconds": time.perf_counter() - t}]), out)
 

@@ -19,6 +19,7 @@ import torch
 
 from opd import config as C
 from opd import store
+from opd.rows import Row
 
 from . import model as M
 from .engine import Engine, Numerics, Rollout, token_logprobs
@@ -165,10 +166,10 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
     Writes steps.parquet and heldout.parquet atomically at the end."""
     out_dir = Path(out_dir)
-    row, seed = spec["row"], spec["seed"]
+    row, seed = Row.of(spec["row"]), spec["seed"]
     s = Settings(**spec["settings"])
     set_threads(spec)
-    algorithm, variant, k = row.get("algorithm", "opd"), row.get("variant", "none"), int(row.get("staleness", 0))
+    algorithm, variant, k = row.algorithm, row.variant, row.staleness
     torch.manual_seed(seed)
     train, heldout = make_task(s.task_seed)
     student = M.load(spec["student_path"])

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opd import config as C
 from opd import store
 from opd.quant import kv_attribution_cases
+from opd.rows import Row
 
 from . import logparse
 from .layout import layout as layout_of
@@ -144,9 +144,9 @@ def train_run(spec: dict, run_dir: Path) -> None:
             stop_ray()
     t = spec["settings"]
     logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec["run_id"],
-                         config=row["name"], student=student, seed=seed,
+                         config=Row.of(row).name, student=student, seed=seed,
                          responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"],
-                         staleness=int({**C.ROW_DEFAULTS, **row}["staleness"]))
+                         staleness=Row.of(row).staleness)
     heldout_eval(spec, run_dir)
 
 
@@ -230,7 +230,7 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
 
     run_dir = Path(run_dir)
     s, t = spec["student_spec"], spec["settings"]
-    plan = schedule(t, int({**C.ROW_DEFAULTS, **spec["row"]}["staleness"]))
+    plan = schedule(t, Row.of(spec["row"]).staleness)
     held = _read_parquets(spec["verl"]["data"]["heldout"])
     # scoring: BF16 on GPUs (the paper's models), float32 on a CPU (toy models, where it costs nothing)
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opd.rows import Row
+
 DEFAULTS = {"gpus_per_node": 4, "trainer_nodes": 1, "teacher_nodes": 1, "rollout_nodes": 1, "rollout_tp": 1,
             "teacher_tp": 1}
 
@@ -95,11 +97,10 @@ class Layout:
 
 def layout(verl: dict, row: dict) -> Layout:
     """A row's layout from an experiment's `verl.layout` (config.yaml; defaults above)."""
-    from opd import config as C
-    r = {**C.ROW_DEFAULTS, **row}
+    r = Row.of(row)
     L = {**DEFAULTS, **(verl.get("layout") or {})}
     g = L["gpus_per_node"]
     return Layout(trainer=Pool(L["trainer_nodes"], g),
-                  teacher=Pool(L["teacher_nodes"], g) if r["algorithm"] == "opd" else None,
-                  rollout=Pool(L["rollout_nodes"], g) if int(r["staleness"]) > 0 else None,
+                  teacher=Pool(L["teacher_nodes"], g) if r.algorithm == "opd" else None,
+                  rollout=Pool(L["rollout_nodes"], g) if r.staleness > 0 else None,
                   rollout_tp=L["rollout_tp"], teacher_tp=L["teacher_tp"])

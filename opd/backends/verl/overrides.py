@@ -29,6 +29,7 @@ import re
 
 from opd import config as C
 from opd.quant import resolve_layers
+from opd.rows import Row
 
 from .layout import Layout
 from .layout import layout as layout_of
@@ -67,16 +68,16 @@ def hydra_value(v) -> str:
 
 
 def entry_point(row: dict) -> str:
-    return ASYNC_ENTRY if int(row.get("staleness", 0)) > 0 else SYNC_ENTRY
+    return ASYNC_ENTRY if Row.of(row).staleness > 0 else SYNC_ENTRY
 
 
 def vllm_kv_args(row: dict, n_layers: int) -> dict:
     """vLLM's own engine arguments for the row's KV cache: its dtype and the layers kept BF16."""
-    r = {**C.ROW_DEFAULTS, **row}
-    if r["kv_cache"] == "none":
+    r = Row.of(row)
+    if r.kv_cache == "none":
         return {}
-    args = {"kv_cache_dtype": KV_DTYPE[r["kv_cache"]]}
-    keep = sorted(resolve_layers(r["bf16_layers"], n_layers))
+    args = {"kv_cache_dtype": KV_DTYPE[r.kv_cache]}
+    keep = sorted(resolve_layers(r.bf16_layers, n_layers))
     if keep:
         args["kv_cache_dtype_skip_layers"] = [str(i) for i in keep]  # vLLM takes layer names
     return args
@@ -84,10 +85,10 @@ def vllm_kv_args(row: dict, n_layers: int) -> dict:
 
 def weight_numerics(row: dict, seed: int) -> dict | None:
     """What the weight-sync hook applies, or None when the row leaves the weights alone."""
-    r = {**C.ROW_DEFAULTS, **row}
-    if r["weights"] == "none" and not r["noise_sigma"]:
+    r = Row.of(row)
+    if r.weights == "none" and not r.noise_sigma:
         return None
-    return {"weights": r["weights"], "bf16_layers": list(r["bf16_layers"]), "noise_sigma": float(r["noise_sigma"]),
+    return {"weights": r.weights, "bf16_layers": list(r.bf16_layers), "noise_sigma": r.noise_sigma,
             "noise_seed": int(seed)}
 
 
@@ -98,11 +99,11 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
     the layout the experiment's `verl.layout` gives (benchmarks/verl_smoke.py: pools on one node)."""
     from .logparse import attempt_log
     e = cfg["experiments"][experiment]
-    r = {**C.ROW_DEFAULTS, **row}
+    r = Row.of(row)
     student = student or next(iter(e["students"]))
-    s, t, v = e["students"][student], C.run_settings(e["train"], row), e.get("verl", {})
+    s, t, v = e["students"][student], C.run_settings(e["train"], r), e.get("verl", {})
     n_layers = s["layers"]
-    k = int(r["staleness"])
+    k = r.staleness
     plan = schedule(t, k)
     rollout = "actor_rollout_ref.rollout"
     log_path = os.path.abspath(log_path or attempt_log(run_dir))
@@ -147,7 +148,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
         "trainer.project_name=opd-budget",
-        f"trainer.experiment_name={hydra_value(row['name'] + '.' + student + '.s' + str(seed))}",
+        f"trainer.experiment_name={hydra_value(f'{r.name}.{student}.s{seed}')}",
         *(pools or layout_of(v, row)).overrides(),
     ]
     if k == 0:
@@ -167,7 +168,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
             # (fully_async_trainer.py:529-533); one more than the last version also never validates (:817-821)
             f"trainer.test_freq={hydra_value(t['steps'] // k + 1)}",
         ]
-    if r["algorithm"] == "opd":
+    if r.algorithm == "opd":
         o += [
             "distillation.enabled=True",
             "distillation.distillation_loss.loss_mode=k1",
@@ -180,7 +181,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         ]
     else:  # config validation admits only grpo here (verl has no A_t = R estimator)
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True"]
-    if r["variant"] == "tis":
+    if r.variant == "tis":
         o += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
     o += [f"+{rollout}.engine_kwargs.vllm.{k_}={hydra_value(v_)}" for k_, v_ in vllm_kv_args(row, n_layers).items()]
     numerics = weight_numerics(row, seed)
@@ -188,7 +189,7 @@ def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, r
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
         o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value({'opd_numerics': numerics})}")
     spec = v.get("speculative")
-    if r.get("speculative") and spec and s.get("eagle3"):
+    if r.speculative and spec and s.get("eagle3"):
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
             {"method": spec["method"], "model": s["eagle3"], "num_speculative_tokens": spec["num_speculative_tokens"]}))
     return o

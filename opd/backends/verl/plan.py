@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opd import config as C
+from opd.rows import Row
 
 from .layout import layout as layout_of
 
@@ -62,18 +63,18 @@ def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
 def errors(row: dict, experiment: dict) -> list[str]:
     """What verl 0.9.1 cannot run of `row` in an experiment (config.yaml's shape), as `field: reason`
     (config.py prefixes experiment and row)."""
-    r = {**C.ROW_DEFAULTS, **row}
-    t = C.run_settings(experiment["train"], row)
+    r = Row.of(row)
+    t = C.run_settings(experiment["train"], r)
     out = []
-    if r["algorithm"] == "reinforce":
+    if r.algorithm == "reinforce":
         out.append("algorithm: verl 0.9.1 has no advantage estimator with A_t = R (reinforce_plus_plus whitens the "
                    "returns over the batch, trainer/ppo/core_algos.py:728, masked_whiten, which is score centering and scaling); "
                    "use the tiny backend for REINFORCE")
-    if r["variant"] in ("score_centering", "advantage_offset"):
-        out.append(f"variant: {r['variant']} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
+    if r.variant in ("score_centering", "advantage_offset"):
+        out.append(f"variant: {r.variant} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
                    f"the k1 loss (trainer/distillation/losses.py:268-286) and its policy loss must be 'vanilla' "
                    f"(workers/config/distillation.py:106-110), so there is no place for a score baseline or offset")
-    k = int(r["staleness"])
+    k = r.staleness
     if k > 0 and t.get("lr_schedule", "constant") != "constant":
         out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "
                    f"of parameter versions, {t['steps']} / {k} (fully_async_rollouter.py:498-501, "

@@ -1,0 +1,129 @@
+"""A row of the configuration matrix: one rollout configuration, with its defaults and predicates
+written once. Rules, the analysis, the figure and table scripts and both backends read rows through
+`Row`; nothing else spells a default or asks "is this a plain OPD row?" by itself.
+
+A row comes from config.yaml (validated by opd.config) or back from the analysis's rows.parquet,
+where unset optional fields read back as NaN; `Row.of` accepts both.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+# Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
+# that editing them never reruns existing runs.
+PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
+# What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
+ENGINE_FIELDS = ("weights", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
+
+
+def _unset(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    weights: str = "none"  # a weight recipe of opd.quant.RECIPES
+    kv_cache: str = "none"  # a KV-cache recipe of opd.quant.RECIPES
+    bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
+    staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
+    noise_sigma: float = 0.0  # fixed-direction Gaussian weight noise, relative to each tensor's RMS
+    algorithm: str = "opd"  # opd, or an RL contrast (reinforce, grpo)
+    variant: str = "none"  # an update variant (score_centering, advantage_offset, tis)
+    speculative: bool = False  # verl: EAGLE-3 speculative decoding in the rollout engine
+    baseline: bool = False  # the experiment's standard engine, every comparison's reference
+    lr: float | None = None  # the row's own learning rate (else the experiment's)
+    reference: str | None = None  # the row its Delta is measured against (else the baseline)
+    students: tuple[str, ...] | None = None  # default: the experiment's first student
+    seeds: tuple[int, ...] | None = None  # default: the experiment's seeds
+    description: str | None = None
+    given: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the fields written, in order
+
+    @classmethod
+    def of(cls, row: "dict | Row") -> "Row":
+        """From a config row, or a record of rows.parquet (unset fields NaN, lists as arrays)."""
+        if isinstance(row, Row):
+            return row
+        unknown = set(row) - set(FIELD_TYPES)
+        if unknown:
+            raise ValueError(f"row {row.get('name')!r}: unknown field(s) {sorted(unknown)}")
+        vals = {}
+        for k, v in row.items():
+            v = v.tolist() if hasattr(v, "tolist") else v  # numpy arrays and scalars from Parquet
+            if _unset(v) and k != "name":
+                continue
+            vals[k] = tuple(v) if isinstance(v, list) else FIELD_TYPES[k](v) if FIELD_TYPES[k] else v
+        return cls(**vals, given=tuple(vals))
+
+    # ------------------------------------------------------------------ views
+
+    def written(self) -> dict:
+        """The fields config.yaml wrote, in its order (lists as lists)."""
+        return {k: _plain(getattr(self, k)) for k in self.given}
+
+    def resolved(self) -> dict:
+        """ROW_DEFAULTS overlaid with the written fields: the form run.json and rows.parquet hold."""
+        return {**ROW_DEFAULTS, **self.written()}
+
+    def params(self) -> dict:
+        """What a job computes from: the row's own fields as config.yaml wrote them, placement left out.
+        A job spec holds exactly this, so a default added later never reruns existing runs."""
+        return {k: v for k, v in self.written().items() if k not in PLACEMENT_FIELDS}
+
+    # ------------------------------------------------------------------ predicates
+
+    @property
+    def is_plain_opd(self) -> bool:
+        """OPD with no update variant: the paper's algorithm as it is."""
+        return self.algorithm == "opd" and self.variant == "none"
+
+    @property
+    def in_budget(self) -> bool:
+        """A row the budget is measured on: a plain OPD engine trained with the experiment's own
+        settings and compared with the baseline."""
+        return self.is_plain_opd and self.lr is None and self.reference is None
+
+    @property
+    def engine_key(self) -> tuple:
+        """What the rollout engine is (numerics and staleness), whatever the algorithm or variant."""
+        return tuple(getattr(self, k) for k in ENGINE_FIELDS)
+
+    @property
+    def has_standard_numerics(self) -> bool:
+        """The standard engine's numerics (no recipe, no noise), whatever the staleness."""
+        return self.weights == "none" and self.kv_cache == "none" and self.noise_sigma == 0
+
+    @property
+    def is_standard_engine(self) -> bool:
+        """The standard engine: its numerics, synchronous."""
+        return self.has_standard_numerics and self.staleness == 0
+
+    @property
+    def family(self) -> str:
+        """Which mismatch source a row is about, for colours and grouping."""
+        if self.baseline:
+            return "baseline"
+        if self.algorithm != "opd":
+            return "rl"
+        kinds = [k for k, on in (("weights", self.weights != "none"), ("kv_cache", self.kv_cache != "none"),
+                                 ("staleness", self.staleness > 0), ("noise", self.noise_sigma > 0)) if on]
+        if not kinds:  # the standard engine under other training settings (an ablation's reference)
+            return "baseline"
+        return kinds[0] if len(kinds) == 1 else "combined"
+
+    def students_or(self, first: str) -> tuple[str, ...]:
+        return self.students or (first,)
+
+
+def _plain(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+# Every computed field's default (placement fields without one are absent), derived from Row itself.
+ROW_DEFAULTS = {f.name: _plain(f.default) for f in fields(Row)
+                if f.name not in ("name", "given", "students", "seeds", "description")}
+# How a value read back from Parquet is restored (None: as it is; lists become tuples).
+FIELD_TYPES = {"name": str, "weights": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
+               "noise_sigma": float, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
+               "lr": float, "reference": str, "students": None, "seeds": None, "description": str}
