@@ -8,6 +8,8 @@ numbers on a laptop and on a GPU cluster.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -16,15 +18,6 @@ FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 E2M1_MAX = 6.0
 NVFP4_BLOCK = 16
-
-WEIGHT_RECIPES = ("none", "fp8_tensor", "fp8_block", "nvfp4")
-KV_RECIPES = ("none", "fp8_e4m3", "fp8_e5m2")
-
-
-def round_bf16(x: torch.Tensor) -> torch.Tensor:
-    """Round to the nearest BF16 value, keeping the input dtype."""
-    return x.to(torch.bfloat16).to(x.dtype)
-
 
 def cast_fp8(x: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
     """Saturating round-to-nearest-even cast to FP8 and back (torch's own float8 cast after clamping)."""
@@ -75,16 +68,54 @@ def nvfp4(w: torch.Tensor) -> torch.Tensor:
     return q.reshape(x.shape[0], -1)[:, : shape[-1]].reshape(shape).to(w.dtype)
 
 
-def quantize_weight(w: torch.Tensor, recipe: str) -> torch.Tensor:
-    if recipe == "none":
-        return w
-    if recipe == "fp8_tensor":
-        return fp8_per_tensor(w)
-    if recipe == "fp8_block":
-        return fp8_block(w)
-    if recipe == "nvfp4":
-        return nvfp4(w)
-    raise ValueError(f"unknown weight recipe {recipe!r}; known: {WEIGHT_RECIPES}")
+# ---------------------------------------------------------------- the recipe registry
+
+@dataclass(frozen=True)
+class Recipe:
+    """One engine numerics recipe a row can name. `apply` maps a tensor to the values the engine computes
+    with (weights); `fmt` is the FP8 format a KV cache stores; `vllm` holds the vLLM engine arguments that
+    run the recipe natively on the verl backend (empty: verl's weight-sync hook, opd.backends.verl.hook,
+    applies `apply` to the synced weights instead). The tiny engine runs every recipe."""
+    name: str
+    kind: str  # a row field: "weights" or "kv_cache"
+    about: str
+    apply: Callable[[torch.Tensor], torch.Tensor] | None = None
+    fmt: str | None = None
+    vllm: dict = field(default_factory=dict)
+
+
+RECIPES: dict[str, dict[str, Recipe]] = {"weights": {}, "kv_cache": {}}
+
+
+def register(r: Recipe) -> Recipe:
+    RECIPES[r.kind][r.name] = r
+    return r
+
+
+for _r in (
+    Recipe("none", "weights", "the trained weights, cast to the engine dtype"),
+    Recipe("fp8_tensor", "weights", "FP8 E4M3, one scale per tensor (NVIDIA Model Optimizer)", apply=fp8_per_tensor),
+    Recipe("fp8_block", "weights", "FP8 E4M3, one scale per 128x128 tile (DeepSeek-V3)", apply=fp8_block),
+    Recipe("nvfp4", "weights", "NVFP4: E2M1 in 16-element blocks with E4M3 block scales", apply=nvfp4),
+    Recipe("none", "kv_cache", "keys and values stored in the engine dtype"),
+    Recipe("fp8_e4m3", "kv_cache", "keys and values stored as FP8 E4M3, scale 1.0", fmt="e4m3",
+           vllm={"kv_cache_dtype": "fp8_e4m3"}),
+    Recipe("fp8_e5m2", "kv_cache", "keys and values stored as FP8 E5M2, scale 1.0", fmt="e5m2",
+           vllm={"kv_cache_dtype": "fp8_e5m2"}),
+):
+    register(_r)
+
+
+def recipe(kind: str, name: str) -> Recipe:
+    try:
+        return RECIPES[kind][name]
+    except KeyError:
+        raise ValueError(f"unknown {kind} recipe {name!r}; known: {sorted(RECIPES.get(kind, {}))}") from None
+
+
+def quantize_weight(w: torch.Tensor, name: str) -> torch.Tensor:
+    fn = recipe("weights", name).apply
+    return fn(w) if fn else w
 
 
 def _seed_for(name: str, seed: int) -> int:

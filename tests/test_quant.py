@@ -1,6 +1,9 @@
 """The engine numerics of opd/quant.py, against torch's own float8 casts and the formats' definitions."""
+import pytest
 import torch
+import yaml
 
+from opd import config as C
 from opd import quant
 
 E4M3 = torch.float8_e4m3fn
@@ -79,3 +82,14 @@ def test_engine_weights_skip_layers_kept_bf16_and_non_projection_tensors():
     assert torch.equal(out["model.embed_tokens.weight"], state["model.embed_tokens.weight"])
     last = quant.engine_weights(state, weights="nvfp4", bf16_layers=[-1], n_layers=2)
     assert torch.equal(last["model.layers.1.self_attn.q_proj.weight"], state["model.layers.1.self_attn.q_proj.weight"])
+
+
+def test_the_schema_names_exactly_the_registered_recipes():
+    """Adding a recipe is its registry entry (and its test): the config schema offers what opd.quant registers."""
+    rows = yaml.safe_load(C.SCHEMA.read_text())["$defs"]["row"]["properties"]
+    for kind in ("weights", "kv_cache"):
+        assert set(rows[kind]["enum"]) == set(quant.RECIPES[kind]), kind
+    assert all(r.apply is not None for n, r in quant.RECIPES["weights"].items() if n != "none")
+    assert all(r.fmt in quant.FP8_FORMATS for n, r in quant.RECIPES["kv_cache"].items() if n != "none")
+    with pytest.raises(ValueError, match="unknown weights recipe 'int3'"):
+        quant.quantize_weight(torch.ones(2, 2), "int3")

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, resolve_layers
+from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, recipe, resolve_layers
 from opd.rows import Row
 
 from .model import Decoder, ModelConfig
 from .task import EOS_ID, PAD_ID, RESPONSE_LEN
 
-KV_FORMAT = {"none": None, "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class KVCache:
     engine dtype."""
 
     def __init__(self, cfg: ModelConfig, batch: int, max_len: int, numerics: Numerics):
-        fmt = KV_FORMAT[numerics.kv_cache]
+        fmt = recipe("kv_cache", numerics.kv_cache).fmt
         keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
         self.fmt = [None if (fmt is None or i in keep) else fmt for i in range(cfg.n_layers)]
         self.dtype = numerics.dtype
@@ -61,7 +60,7 @@ class KVCache:
 
     @staticmethod
     def bytes_per_sequence(cfg: ModelConfig, max_len: int, numerics: Numerics) -> int:
-        fmt = KV_FORMAT[numerics.kv_cache]
+        fmt = recipe("kv_cache", numerics.kv_cache).fmt
         keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
         elem = [1 if (fmt and i not in keep) else torch.finfo(numerics.dtype).bits // 8 for i in range(cfg.n_layers)]
         return sum(2 * cfg.n_kv_heads * cfg.head_dim * max_len * e for e in elem)

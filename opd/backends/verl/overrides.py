@@ -28,7 +28,7 @@ import os
 import re
 
 from opd import config as C
-from opd.quant import resolve_layers
+from opd.quant import recipe, resolve_layers
 from opd.rows import Row
 
 from .layout import Layout
@@ -38,7 +38,6 @@ from .plan import schedule
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
 HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension applying weight numerics
-KV_DTYPE = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
 def hydra_value(v) -> str:
@@ -76,7 +75,7 @@ def vllm_kv_args(row: dict, n_layers: int) -> dict:
     r = Row.of(row)
     if r.kv_cache == "none":
         return {}
-    args = {"kv_cache_dtype": KV_DTYPE[r.kv_cache]}
+    args = dict(recipe("kv_cache", r.kv_cache).vllm)
     keep = sorted(resolve_layers(r.bf16_layers, n_layers))
     if keep:
         args["kv_cache_dtype_skip_layers"] = [str(i) for i in keep]  # vLLM takes layer names

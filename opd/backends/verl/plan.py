@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opd import config as C
+from opd.quant import recipe
 from opd.rows import Row
 
 from .layout import layout as layout_of
@@ -74,6 +75,9 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"variant: {r.variant} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
                    f"the k1 loss (trainer/distillation/losses.py:268-286) and its policy loss must be 'vanilla' "
                    f"(workers/config/distillation.py:106-110), so there is no place for a score baseline or offset")
+    if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
+        out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
+                   f"arguments), and the weight-sync hook changes weights only")
     k = r.staleness
     if k > 0 and t.get("lr_schedule", "constant") != "constant":
         out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "
