@@ -14,6 +14,7 @@ include: "workflow/rules/offline.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/mechanism.smk"
 
 
 rule all:
@@ -21,6 +22,7 @@ rule all:
     input:
         FIGURES,
         TABLES,
+        MECHANISM,
         rules.findings.output,
 
 
@@ -28,4 +30,5 @@ rule figures:
     input:
         FIGURES,
         TABLES,
+        MECHANISM,
         rules.findings.output,

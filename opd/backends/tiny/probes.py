@@ -1,0 +1,425 @@
+"""Gradient probes of the paper's mechanism (PAPER.md, "Mechanism"; issue #15), exact over the vocabulary.
+
+At a prefix h (a prompt and the first t tokens of a response) three next-token distributions over the
+tiny task's V = 17 tokens: the trainer's p = p_theta(.|h) (fp32), the rollout engine's q = q(.|h) (the
+row's numerics: BF16, noisy or quantised weights, FP8 KV cache; with staleness k the weights of k
+optimizer steps earlier) and the teacher's p_T(.|h). Every sum over tokens v below is exact (all V terms,
+float64); only the prefixes are sampled, with seeded generators.
+
+OPD, for every token v: A_v = log p_T(v|h) - log p(v|h), and in logit space (z = the trainer's logits at h)
+
+    u(h)   = sum_v p_v A_v (e_v - p)      the exact expected OPD update when the trainer samples the token
+                                          (the gradient of E_{v~p}[A_v log p_v] in z with A held fixed)
+    u_q(h) = sum_v q_v A_v (e_v - p)      the same when the engine samples it
+    g_bias = u_q - u = delta * A - p (delta . A),   delta = q - p
+    ||g_bias||_2 <= ||g_bias||_1 <= ||delta * A||_1 + |delta . A| ||p||_1 <= 2 ||delta||_1 ||A||_inf
+
+so the bias vanishes as the student reaches the teacher (A -> 0) whatever the engine.
+REINFORCE: A_v replaced by the reward R in {0, 1} of the response h belongs to (the trainer's A_t = R;
+one number for every v at h):
+
+    u^RL(h) = R sum_v p_v (e_v - p) = 0,   u_q^RL(h) = R delta,   g_bias^RL = R delta  (bound 2 ||delta||_1 |R|)
+
+Its per-prefix expected update is exactly zero (REINFORCE learns only from the correlation between the
+sampled tokens and R, which a fixed R at one prefix cannot show) and its error R delta does not shrink as
+the student improves; it grows with the share of rewarded responses. So for REINFORCE the update scale is
+the one the trainer applies, sampled: U^RL_sampled = || mean_{h in H_p} R (e_{y_h} - p(.|h)) || (y_h the
+token the trainer's policy sampled at h); OPD's sampled counterpart (A_{y_h} in place of R) is reported too.
+
+Sets of prefixes: H_q = every response position of responses the engine samples; H_p = the same prompts
+with the same random numbers, sampled by the trainer's own policy (an fp32 engine with the student's
+weights): common random numbers, so where q = p the two sets are the same prefixes.
+
+    T = || mean_{h in H_q} (u_q(h) - u(h)) ||        per-token error (same prefixes, other token distribution)
+    S = || mean_{h in H_q} u(h) - mean_{h in H_p} u(h) ||   prefix shift (same exact update, other prefixes)
+    U = || mean_{h in H_p} u(h) ||                   the ideal update; T and S are reported absolute and / U
+
+in two spaces:
+  - logit: the V-vectors averaged over prefixes as the issue writes them (vectors of different prefixes
+    share one V-dimensional space; they can cancel there);
+  - param: pulled back through the trainer's network, mean_h J_h^T v(h) with J_h = dz(h)/dtheta: one
+    backward pass of sum_h <stopgrad v(h), log p(.|h)> / |H| per vector field (every v here sums to 0
+    over tokens, so its gradient through log_softmax is v itself). This is the update the optimizer sees.
+Fixed prefixes: H_f = H_p of the step-0 student (the same prefixes for every row of a student and every
+probed step): error_f = || mean_{H_f} (u_q - u) ||, update_f = || mean_{H_f} u ||, and their ratio.
+
+Choices where the paper is ambiguous (each made in one place):
+  - prefixes are weighted equally in every mean (the trainer's loss is a mean over tokens): `_mean`;
+  - the norm is Euclidean (over the V logits, or over all parameters): `_norm`;
+  - q on a prefix is computed as the engine decodes (prompt into its KV cache, then one token at a time),
+    fed the prefix's tokens: on its own rollouts exactly the numbers it sampled from: `engine_logq`;
+  - fixed prefixes are the trainer's own prefixes at step 0: `probe_run`;
+  - REINFORCE is probed on the OPD runs' weights and engines (same student, same q; R = the task reward);
+  - the probed steps are the runs' evaluation steps (0, 25, ..., the last), set by the rule.
+
+End-of-training weights. The toy's runs do not keep weights (checkpoint.pt is deleted when a run
+completes), so `recreate` re-runs a run from its own spec (held-out evaluation off: it draws from its own
+generators and changes nothing in training) and keeps the weights of the probed steps and, for
+staleness k, the engine's weights k steps earlier. Every draw of a run is seeded, so this is the run
+itself as the present code trains it; `steps_match_*` in the output compares the re-created run's d_n and
+loss, step by step, with the run's steps.parquet (they differ when the run was trained by other code:
+float order alone moves a sampled token after some steps).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from opd import store
+from opd.rows import Row
+
+from . import model as M
+from . import trainer
+from .engine import Engine, KVCache, Numerics, Rollout, token_logprobs
+from .task import RESPONSE_LEN, make_task
+
+PROBE_STREAM = 15  # the probes' own random stream (prompts, sampling, subsample), apart from training's
+
+
+# ---------------------------------------------------------------- exact per-prefix terms
+
+def _norm(x: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(x.double()))
+
+
+def _mean(v: torch.Tensor) -> torch.Tensor:
+    """Mean over prefixes (rows) of per-prefix vectors: every prefix counts once."""
+    return v.mean(0)
+
+
+def opd_terms(logp: torch.Tensor, logq: torch.Tensor, logt: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per prefix (rows of (N, V) log-probabilities): u, u_q, g_bias = delta*A - p (delta.A) and its bound
+    2 ||delta||_1 ||A||_inf. float64."""
+    logp, logq, logt = logp.double(), logq.double(), logt.double()
+    p, q = logp.exp(), logq.exp()
+    a = logt - logp
+    delta = q - p
+    u = p * a - p * (p * a).sum(-1, keepdim=True)
+    u_q = q * a - p * (q * a).sum(-1, keepdim=True)
+    g = delta * a - p * (delta * a).sum(-1, keepdim=True)
+    bound = 2 * delta.abs().sum(-1) * a.abs().amax(-1)
+    return {"u": u, "u_q": u_q, "g": g, "bound": bound, "delta": delta, "a": a}
+
+
+def check_bound(terms: dict[str, torch.Tensor], name: str = "opd") -> None:
+    """||g_bias||_1 <= 2 ||delta||_1 ||A||_inf on every prefix (so also in the Euclidean norm); raises if not."""
+    l1 = terms["g"].abs().sum(-1)
+    bad = l1 > terms["bound"] * (1 + 1e-9) + 1e-300
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise AssertionError(f"{name}: ||g_bias||_1 = {float(l1[i]):.3g} > bound {float(terms['bound'][i]):.3g} "
+                             f"on {int(bad.sum())} of {len(l1)} prefixes")
+
+
+def reinforce_terms(logp: torch.Tensor, logq: torch.Tensor, reward: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per prefix: the REINFORCE bias R delta (u^RL = 0 exactly) and its bound 2 ||delta||_1 |R|."""
+    delta = logq.double().exp() - logp.double().exp()
+    r = reward.double()[:, None]
+    return {"g": r * delta, "bound": 2 * delta.abs().sum(-1) * r[:, 0].abs()}
+
+
+def sampled_update(logp: torch.Tensor, tokens: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+    """Per prefix: adv (e_y - p), the update the trainer applies for the sampled token y."""
+    p = logp.double().exp()
+    e = torch.nn.functional.one_hot(tokens, p.shape[-1]).double()
+    return adv.double()[:, None] * (e - p)
+
+
+# ---------------------------------------------------------------- distributions on a rollout's prefixes
+
+def sample(engine: Engine, prompts: torch.Tensor, seed: int) -> Rollout:
+    return engine.generate(prompts, trainer.step_generator(seed, PROBE_STREAM))
+
+
+@torch.no_grad()
+def engine_logq(engine: Engine, roll: Rollout) -> torch.Tensor:
+    """The engine's next-token log-probabilities (B, R, V) at every response position of `roll`, computed
+    as the engine decodes: its network (weights after the row's numerics, its dtype) reads the prompt into
+    its KV cache, then takes the response one token at a time through that cache (an FP8 cache stores and
+    reads every key and value as in sampling). On the engine's own rollout these are the very numbers it
+    sampled from."""
+    B, P = roll.prompts.shape
+    R = roll.responses.shape[1]
+    cache = KVCache(engine.cfg, B, P + max(R, RESPONSE_LEN), engine.numerics)
+    logits = engine.model(roll.prompts, cache, 0)[:, -1]
+    out = [logits.float().log_softmax(-1)]
+    for t in range(R - 1):
+        logits = engine.model(roll.responses[:, t:t + 1], cache, P + t)[:, -1]
+        out.append(logits.float().log_softmax(-1))
+    return torch.stack(out, 1)
+
+
+def trainer_engine(cfg: M.ModelConfig, state: dict) -> Engine:
+    """The trainer's own policy as a sampler: fp32, the student's weights, no row numerics."""
+    e = Engine(cfg, Numerics(dtype=torch.float32))
+    e.load(state)
+    return e
+
+
+class Pullback:
+    """Parameter-space images of per-prefix logit-space vectors on one rollout, one forward pass."""
+
+    def __init__(self, student: M.Decoder, roll: Rollout):
+        self.params = [p for p in student.parameters()]
+        self.mask = roll.mask
+        _, full = token_logprobs(student, roll)
+        self.logp_full = full
+        self.logp = full[roll.mask].detach()  # (N, V): the prefixes in row-major order
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        """mean_h J_h^T v(h) for v (N, V), as one flat vector."""
+        field = torch.zeros(self.logp_full.shape, dtype=torch.float32)
+        field[self.mask] = v.float()
+        surrogate = (field * self.logp_full).sum() / len(v)
+        grads = torch.autograd.grad(surrogate, self.params, retain_graph=True, allow_unused=True)
+        return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).double()
+                          for g, p in zip(grads, self.params)])
+
+
+@torch.no_grad()
+def teacher_logp(teacher: M.Decoder, roll: Rollout) -> torch.Tensor:
+    return token_logprobs(teacher, roll)[1][roll.mask]
+
+
+def prefix_rewards(roll: Rollout, rewards: np.ndarray) -> torch.Tensor:
+    """The reward of its response at every prefix (N,), row-major like `x[roll.mask]`."""
+    r = torch.as_tensor(rewards, dtype=torch.float64)[:, None].expand(roll.mask.shape)
+    return r[roll.mask]
+
+
+# ---------------------------------------------------------------- one probe: a student, an engine, prompts
+
+@dataclass
+class Probe:
+    numerics: Numerics  # the engine's (Numerics.of_row(row, the run's seed))
+    probe_seed: int
+    prompts: torch.Tensor
+    idx: np.ndarray  # training-problem index of each prompt row
+    sample_prefixes: int = 200
+
+
+def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.ModelConfig, teacher: M.Decoder,
+                train, fixed: Rollout) -> tuple[dict, pd.DataFrame]:
+    """Every quantity of the module docstring for one student and one engine; a seeded subsample of the
+    per-prefix bias and bound (for plots). The bound is checked on every prefix (a violation raises)."""
+    student = M.Decoder(cfg)
+    student.load_state_dict(student_state)
+    engine = Engine(cfg, probe.numerics)
+    engine.load(engine_state)
+    roll_q = sample(engine, probe.prompts, probe.probe_seed)
+    roll_p = sample(trainer_engine(cfg, student_state), probe.prompts, probe.probe_seed)
+
+    out: dict = {}
+    # H_q: the engine's prefixes
+    pb_q = Pullback(student, roll_q)
+    logq = engine_logq(engine, roll_q)[roll_q.mask]
+    logt_q = teacher_logp(teacher, roll_q)
+    opd = opd_terms(pb_q.logp, logq, logt_q)
+    r_q = prefix_rewards(roll_q, train.rewards(probe.idx, roll_q.responses))
+    rl = reinforce_terms(pb_q.logp, logq, r_q)
+    # H_p: the trainer's own prefixes
+    pb_p = Pullback(student, roll_p)
+    logt_p = teacher_logp(teacher, roll_p)
+    opd_p = opd_terms(pb_p.logp, pb_p.logp, logt_p)
+    tok_p = roll_p.responses[roll_p.mask]
+    r_p = prefix_rewards(roll_p, train.rewards(probe.idx, roll_p.responses))
+    a_tok = opd_p["a"].gather(1, tok_p[:, None]).squeeze(1)
+    # H_f: fixed prefixes (the trainer's own at step 0), the engine's q and this student's p on them
+    pb_f = Pullback(student, fixed)
+    opd_f = opd_terms(pb_f.logp, engine_logq(engine, fixed)[fixed.mask], teacher_logp(teacher, fixed))
+
+    for name, terms in (("opd", opd), ("rl", rl)):
+        check_bound(terms, name)
+        pos = terms["bound"] > 0
+        out[f"{name}_bias_mean"] = float(terms["g"].norm(dim=-1).mean())
+        out[f"{name}_bound_mean"] = float(terms["bound"].mean())
+        for norm, o in (("l2", 2), ("l1", 1)):
+            ratio = torch.linalg.vector_norm(terms["g"][pos], ord=o, dim=-1) / terms["bound"][pos]
+            out[f"{name}_bias_bound_max_{norm}"] = float(ratio.max()) if bool(pos.any()) else 0.0
+
+    vectors = {  # name: (pullback, per-prefix field)
+        "T": (pb_q, opd["g"]), "Uq": (pb_q, opd["u"]), "U": (pb_p, opd_p["u"]),
+        "err_f": (pb_f, opd_f["g"]), "upd_f": (pb_f, opd_f["u"]),
+        "T_rl": (pb_q, rl["g"]), "U_rl_sampled": (pb_p, sampled_update(pb_p.logp, tok_p, r_p)),
+        "U_sampled": (pb_p, sampled_update(pb_p.logp, tok_p, a_tok)),
+    }
+    for space in ("logit", "param"):
+        vec = {k: (_mean(f) if space == "logit" else pb(f)) for k, (pb, f) in vectors.items()}
+        out[f"T_{space}"] = _norm(vec["T"])
+        out[f"S_{space}"] = _norm(vec["Uq"] - vec["U"])
+        out[f"U_{space}"] = _norm(vec["U"])
+        out[f"err_fixed_{space}"] = _norm(vec["err_f"])
+        out[f"upd_fixed_{space}"] = _norm(vec["upd_f"])
+        out[f"U_sampled_{space}"] = _norm(vec["U_sampled"])
+        out[f"T_rl_{space}"] = _norm(vec["T_rl"])
+        out[f"U_rl_sampled_{space}"] = _norm(vec["U_rl_sampled"])
+
+    lq_tok = logq.gather(1, roll_q.responses[roll_q.mask][:, None]).squeeze(1).double()
+    lp_tok = pb_q.logp.gather(1, roll_q.responses[roll_q.mask][:, None]).squeeze(1).double()
+    q = logq.double().exp()
+    out.update({
+        "n_prefixes_q": int(roll_q.mask.sum()), "n_prefixes_p": int(roll_p.mask.sum()),
+        "n_prefixes_fixed": int(fixed.mask.sum()),
+        "d": float((lq_tok - lp_tok).mean()),  # the d_n formula on H_q (the teacher-forced q)
+        "d_engine": float((roll_q.logprobs[roll_q.mask].double() - lp_tok).mean()),  # with the engine's own log q
+        "kl_qp": float((q * (logq.double() - pb_q.logp.double())).sum(-1).mean()),  # exact KL(q || p) per prefix
+        "delta_l1": float(opd["delta"].abs().sum(-1).mean()),
+        "kl_pt": float((pb_p.logp.double().exp() * -opd_p["a"]).sum(-1).mean()),  # KL(p || p_T) on H_p
+        "reward_q": float(r_q.mean()), "reward_p": float(r_p.mean()),
+    })
+
+    rng = np.random.default_rng([probe.probe_seed, PROBE_STREAM, 1])
+    pick = np.sort(rng.choice(len(logq), min(probe.sample_prefixes, len(logq)), replace=False))
+    prefixes = pd.DataFrame({"prefix": pick, "opd_bias": opd["g"].norm(dim=-1)[pick].numpy(),
+                             "opd_bound": opd["bound"][pick].numpy(), "rl_bias": rl["g"].norm(dim=-1)[pick].numpy(),
+                             "rl_bound": rl["bound"][pick].numpy(),
+                             "delta_l1": opd["delta"].abs().sum(-1)[pick].numpy(),
+                             "a_inf": opd["a"].abs().amax(-1)[pick].numpy()})
+    return out, prefixes
+
+
+# ---------------------------------------------------------------- re-creating a run's weights
+
+@contextmanager
+def _capture_versions(keep: set[int]):
+    """Record the policy versions a training run clones (version i is the i-th clone: trainer.train_run
+    clones version 0 before training and version n + 1 after step n), keeping those in `keep`."""
+    captured: dict[int, dict] = {}
+    count = [0]
+    original = trainer.clone_state
+
+    def clone(model):
+        state = original(model)
+        if count[0] in keep:
+            captured[count[0]] = state
+        count[0] += 1
+        return state
+
+    trainer.clone_state = clone
+    try:
+        yield captured
+    finally:
+        trainer.clone_state = original
+
+
+def recreate(spec: dict, versions: set[int]) -> tuple[dict[int, dict], pd.DataFrame]:
+    """Re-run a training run from its spec (held-out evaluation off) and return the weights of the
+    requested policy versions, with the re-created run's steps table."""
+    run = {**spec, "settings": {**spec["settings"], "eval_every": 0}}
+    with tempfile.TemporaryDirectory() as d, _capture_versions(set(versions)) as captured:
+        trainer.train_run(run, Path(d))
+        steps = store.read_table(Path(d) / "steps.parquet", store.STEPS)
+    missing = set(versions) - set(captured)
+    if missing:
+        raise RuntimeError(f"{spec['run_id']}: the re-created run did not produce versions {sorted(missing)}")
+    return captured, steps
+
+
+def compare_steps(new: pd.DataFrame, old: pd.DataFrame) -> dict:
+    """How closely the re-created run repeats the recorded one, step by step."""
+    m = new.merge(old, on="step", suffixes=("", "_run"))
+    dd = (m["d_n"] - m["d_n_run"]).abs()
+    dl = (m["loss"] - m["loss_run"]).abs()
+    diverged = dd > 1e-6
+    return {"steps_match_max_abs_d_n": float(dd.max()), "steps_match_max_abs_loss": float(dl.max()),
+            "steps_match_first_diverged": int(m["step"][diverged].min()) if bool(diverged.any()) else -1}
+
+
+# ---------------------------------------------------------------- the job
+
+def fixed_prefixes(student: M.Decoder, prompts: torch.Tensor, probe_seed: int) -> Rollout:
+    return sample(trainer_engine(student.cfg, student.state_dict()), prompts, probe_seed)
+
+
+def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], float]:
+    """All probed steps of one run (re-created); returns result rows, prefix samples, seconds."""
+    t0 = time.perf_counter()
+    trainer.set_threads({"threads": 1})
+    spec = store.read_json(run["spec"])
+    row = Row.of(spec["row"])
+    k = row.staleness
+    steps = sorted(job["steps"])
+    engine_version = {s: max(0, s - k) for s in steps}
+    need = set(steps) | set(engine_version.values())
+    if steps == [0]:
+        states, cmp = {0: M.load(spec["student_path"]).state_dict()}, {}
+    else:
+        states, new_steps = recreate(spec, need)
+        cmp = compare_steps(new_steps, store.read_table(run["steps"], store.STEPS))
+    t_recreate = time.perf_counter() - t0
+    student0 = M.load(spec["student_path"])
+    teacher = M.load(spec["teacher_path"]).eval()
+    train, _ = make_task(spec["settings"].get("task_seed", 0))
+    idx = np.repeat(np.random.default_rng([job["probe_seed"], PROBE_STREAM]).choice(
+        len(train), job["prompts"], replace=False), job["responses"])
+    probe = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=job["probe_seed"], prompts=train.prompts(idx),
+                  idx=idx, sample_prefixes=job.get("sample_prefixes", 200))
+    fixed = fixed_prefixes(student0, probe.prompts, probe.probe_seed)
+    rows, samples = [], []
+    ids = {"config": row.name, "student": spec["student"], "seed": spec["seed"], "noise_sigma": row.noise_sigma,
+           "staleness": k}
+    for s in steps:
+        out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
+        rows.append({**ids, "step": s, "engine_version": engine_version[s], **out, **cmp,
+                     "recreate_s": t_recreate})
+        samples.append(pre.assign(**ids, step=s))
+    return rows, samples, time.perf_counter() - t0
+
+
+def _probe_run_star(args):
+    return probe_run(*args)
+
+
+def probes_job(spec: dict, out: Path) -> None:
+    """Probe every run in spec["runs"] ({"spec": its training spec file, "steps": its steps.parquet}) at
+    spec["steps"]; runs in parallel over spec["threads"] processes (one torch thread each). Writes `out`
+    (one row per run and step) and `<out stem>_prefix.parquet` (a seeded sample of per-prefix bias and
+    bound)."""
+    t0 = time.perf_counter()
+    workers = max(1, min(int(spec.get("threads", 1)), len(spec["runs"])))
+    tasks = [(spec, r) for r in spec["runs"]]
+    if workers == 1:
+        results = [probe_run(*t) for t in tasks]
+    else:  # spawn: each process patches its own trainer module while re-creating
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            results = list(pool.map(_probe_run_star, tasks))
+    rows = [r for res in results for r in res[0]]
+    table = pd.DataFrame(rows).assign(run_s=[res[2] for res in results for _ in res[0]],
+                                      job_s=time.perf_counter() - t0)
+    store.write_table(table, out)
+    store.write_table(pd.concat([s for res in results for s in res[1]], ignore_index=True), prefix_path(out))
+
+
+def prefix_path(out) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + "_prefix.parquet")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m opd.backends.tiny.probes", description=__doc__.split("\n")[0])
+    p.add_argument("--spec", required=True, help="the job's spec (JSON file)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--threads", type=int, default=1, help="runs probed side by side (one process each)")
+    p.add_argument("--launcher", default=None, help="launcher JSON file (default: run here)")
+    args = p.parse_args(argv)
+    from opd import launch
+    spec = {**json.loads(Path(args.spec).read_text()), "threads": args.threads}
+    launcher = json.loads(Path(args.launcher).read_text()) if args.launcher else {"launcher": "local"}
+    launch.run_job(probes_job, spec, args.out, launcher)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+# Stage 1c (tiny backend): the gradient probes of the paper's mechanism (opd/backends/tiny/probes.py), on
+# the primary student's first-seed runs of the baseline, the noise rows and the staleness rows, at the runs'
+# evaluation steps; then their figure and tables. The probes are exact sums over the tiny vocabulary, so
+# the verl backend has no such stage.
+from types import SimpleNamespace
+
+PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
+              and PRIMARY in r.students_or(PRIMARY)]
+PROBE_RUNS = [C.run_id(r.name, PRIMARY, (r.seeds or E["seeds"])[0]) for r in PROBE_ROWS]
+# 128 prompts x 2 responses: ~6,000 prefixes per set, where T / U repeats within ~15% over probe seeds
+PROBES = {"prompts": 128, "responses": 2, "probe_seed": 0, "sample_prefixes": 200,
+          "steps": C.eval_steps(E["train"]["steps"], E["train"]["eval_every"])}
+MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
+             + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs") for ext in ("md", "tex")]
+             if BACKEND == "tiny" else [])
+
+
+def probe_inputs(w):
+    runs = [{"spec": train_inputs(SimpleNamespace(run_id=rid))["spec"], "steps": f"{OUT}/runs/{rid}/steps.parquet"}
+            for rid in PROBE_RUNS]
+    spec = job_spec(student=PRIMARY, runs=runs, **PROBES)
+    return {**base_inputs(PRIMARY), "spec": spec_file("probes", PRIMARY, spec),
+            "runs": [r[k] for r in runs for k in ("spec", "steps")]}
+
+
+rule probes:
+    input:
+        unpack(probe_inputs),
+    output:
+        probes=f"{ANALYSIS}/probes.parquet",
+        prefix=f"{ANALYSIS}/probes_prefix.parquet",
+    threads: workflow.cores
+    shell:
+        "python -m opd.backends.tiny.probes --spec {input.spec} --out {output.probes} --threads {threads}"
+        " --launcher {LAUNCH}"
+
+
+MECHANISM_PARAMS = {"experiment": EXP, "baseline": BASELINE, "primary": PRIMARY}
+
+
+rule figure_mechanism:
+    input:
+        rules.probes.output.probes,
+        rules.probes.output.prefix,
+    output:
+        pdf=f"{FIG}/mechanism.pdf",
+        png=f"{FIG}/mechanism.png",
+    params:
+        **MECHANISM_PARAMS,
+    script:
+        "../scripts/figure_mechanism.py"
+
+
+rule table_mechanism:
+    input:
+        rules.probes.output.probes,
+    output:
+        md=f"{FIG}/tables/mechanism.md",
+        tex=f"{FIG}/tables/mechanism.tex",
+    params:
+        **MECHANISM_PARAMS,
+    script:
+        "../scripts/table_mechanism.py"
+
+
+rule table_mechanism_runs:
+    input:
+        rules.probes.output.probes,
+    output:
+        md=f"{FIG}/tables/mechanism_runs.md",
+        tex=f"{FIG}/tables/mechanism_runs.tex",
+    params:
+        **MECHANISM_PARAMS,
+    script:
+        "../scripts/table_mechanism_runs.py"
