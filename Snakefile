@@ -12,8 +12,8 @@ include: "workflow/rules/base.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/offline.smk"
 include: "workflow/rules/analysis.smk"
-include: "workflow/rules/figures.smk"
-include: "workflow/rules/tables.smk"
+include: "workflow/rules/outputs.smk"
+include: "workflow/rules/findings.smk"
 include: "workflow/rules/mechanism.smk"
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-JOBS = {  # job -> what it writes (the backends implement `<job>_job(spec, out)`)
+JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes it with which function)
     "base": "train a student and its teacher (tiny backend)",
     "admission": "offline admission estimate D_hat for one row and student",
     "kv-attribution": "per-layer FP8 KV-cache attribution of the offline mismatch",
@@ -75,14 +75,11 @@ def run(p, args) -> int:
     if args.job == "train":
         launch.run_train(args.spec, args.run_dir, launcher)
         return 0
-    backend = args.spec.get("backend", "tiny")
-    if backend == "tiny":
-        from opd.backends.tiny import offline as impl
-    else:
-        from opd.backends import verl as impl
-    fn = getattr(impl, args.job.replace("-", "_") + "_job", None)
-    if fn is None:
-        p.error(f"the {backend} backend has no {args.job} job")
+    from opd import backends
+    try:
+        fn = backends.job(args.job, args.spec.get("backend", "tiny"))
+    except ValueError as e:
+        p.error(str(e))
     launch.run_job(fn, args.spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
     return 0
 

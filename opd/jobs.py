@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from opd import config as C
-from opd import provenance, store
+from opd import backends, provenance, store
 from opd.rows import Row
 
 
@@ -34,12 +34,11 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     }
     store.write_json(meta, meta_path)
     t = time.perf_counter()
+    train_run = backends.job("train", spec["backend"])
     if spec["backend"] == "tiny":
-        from opd.backends.tiny import trainer
-        trainer.train_run(spec, run_dir, progress=_progress(spec["run_id"]))
+        train_run(spec, run_dir, progress=_progress(spec["run_id"]))
     else:
-        from opd.backends import verl
-        verl.train_run(spec, run_dir)
+        train_run(spec, run_dir)
     # hardware again at the end: as the job ran (the backend sets its thread count)
     # the size and sha256 of every file: the cache check (store.heal_runs) compares them before each DAG
     meta.update(status="complete", end=_now(), hardware=provenance.hardware(),

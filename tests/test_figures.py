@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from opd import outputs as O
 from opd import provenance, report, store
 from opd.rows import Row
 
@@ -39,12 +40,12 @@ def load(name):
     return mod
 
 
-def make_runs(d: Path):
+def make_runs(d: Path, rows=ROWS):
     rng = np.random.default_rng(0)
     n = 60
     base_kl = rng.gamma(2.0, 0.1, n)
     steps_files, held_files, adm_files = [], [], []
-    for r, seed in ((r, s) for r in ROWS for s in range(SEEDS.get(r["name"], 1))):
+    for r, seed in ((r, s) for r in rows for s in range(SEEDS.get(r["name"], 1))):
         name, rid = r["name"], f"{r['name']}.m.s{seed}"
         run_scale = rng.lognormal(0, 0.02)  # run-to-run noise
         st = pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": seed, "step": np.arange(20),
@@ -72,17 +73,22 @@ def make_runs(d: Path):
     return steps_files, held_files, adm_files
 
 
-@pytest.fixture(scope="module")
-def analysis(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fixture")
-    steps, held, adm = make_runs(d)
+STUDENTS = {"m": {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64}}
+INFRA = {"window": [2, 20], "peak_flops": 1e11}
+
+
+def build_analysis(d: Path, rows=ROWS) -> Path:
+    """Synthetic runs of `rows` through the analysis script, plus the measurements the offline rules make."""
+    steps, held, adm = make_runs(d, rows)
     a = d / "analysis"
     out = Files(**{k: str(a / f"{k}.parquet") for k in ("steps", "heldout", "rows", "verdicts", "budget", "admission",
-                                                         "rl", "noise", "null_deltas", "staleness_lr")},
+                                                         "rl", "noise", "null_deltas", "staleness_lr", "time_to_kl",
+                                                         "infra")},
                 admission_summary=str(a / "admission_summary.json"))
-    params = SimpleNamespace(rows=[Row.of(r).resolved() for r in ROWS], baseline="bf16", tau=0.2,
+    params = SimpleNamespace(rows=[Row.of(r).resolved() for r in rows], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
-                             admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4)
+                             admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,
+                             students=STUDENTS, backend="tiny")
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
     store.write_table(pd.DataFrame([{"recipe": "fp8_e4m3", "mode": m, "layer": l, "d_hat": v} for m, l, v in
                                     [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001), ("all_but", 0, 0.001),
@@ -94,6 +100,11 @@ def analysis(tmp_path_factory):
                                      "concurrent": min(b, 64 * f)} for kv, f in (("none", 1), ("fp8_e4m3", 2))
                                     for b in (32, 64, 128, 256)]), a / "memory_bound.parquet")
     return a
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory):
+    return build_analysis(tmp_path_factory.mktemp("fixture"))
 
 
 def test_analysis_outputs(analysis):
@@ -118,43 +129,69 @@ def test_analysis_outputs(analysis):
     assert rl.loc["rl-n1", "opd_config"] == "n1" and rl.loc["rl-n1", "opd_verdict"] == "pass"
 
 
-FIGURES = {"budget": ["verdicts", "budget", "rows"], "admission": ["admission", "admission_summary.json"],
-           "kv_attribution": ["kv_attribution"], "async_throughput": ["async_throughput"],
-           "memory_bound": ["memory_bound"], "rl_vs_opd": ["rl", "heldout", "steps", "rows"],
-           "mismatch_steps": ["steps", "rows"], "heldout_kl": ["heldout", "rows", "verdicts"],
-           "noise": ["null_deltas", "noise"], "staleness_lr": ["staleness_lr"]}
-TABLES = {"runs": ["verdicts", "rows"], "budget": ["budget"], "admission": ["admission", "admission_summary.json"],
-          "time_to_kl": ["heldout", "steps", "rows"], "variants": ["verdicts", "rows"], "infra": ["steps", "rows"],
-          "rl": ["rl"], "noise": ["noise"]}
+PARAMS = SimpleNamespace(experiment="t", tau=0.2, baseline="bf16", primary="m", backend="tiny", infra=INFRA,
+                         students=STUDENTS)
 
 
 def inputs(analysis, names):
     return Files([str(analysis / (n if n.endswith(".json") else f"{n}.parquet")) for n in names])
 
 
-@pytest.mark.parametrize("name", FIGURES)
-def test_figure_renders_pdf_and_png_with_input_hashes(analysis, tmp_path, name):
-    inp = inputs(analysis, FIGURES[name])
-    out = Files(pdf=str(tmp_path / f"{name}.pdf"), png=str(tmp_path / f"{name}.png"))
-    params = SimpleNamespace(experiment="t", tau=0.2, baseline="bf16", primary="m")
-    load(f"figure_{name}").main(inp, out, params)
+def render(analysis, out_dir: Path, o: O.Output) -> Files:
+    """One output through its script, as its rule runs it (opd/outputs.py's table)."""
+    out = Files(**{ext: str(out_dir / f"{o.name}.{ext}") for ext in o.extensions})
+    load(o.rule).main(inputs(analysis, o.inputs), out, PARAMS)
+    return out
+
+
+@pytest.mark.parametrize("o", [o for o in O.OUTPUTS if o.kind == "figure"], ids=lambda o: o.name)
+def test_figure_renders_pdf_and_png_with_input_hashes(analysis, tmp_path, o):
+    out = render(analysis, tmp_path, o)
     assert Path(out.pdf).read_bytes()[:4] == b"%PDF"
     assert Path(out.png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    side = json.loads((tmp_path / f"{name}.inputs.json").read_text())
-    assert side["inputs"] == {p: provenance.sha256_file(p) for p in inp}
+    side = json.loads((tmp_path / f"{o.name}.inputs.json").read_text())
+    assert side["inputs"] == {p: provenance.sha256_file(p) for p in inputs(analysis, o.inputs)}
 
 
-@pytest.mark.parametrize("name", TABLES)
-def test_table_renders_markdown_and_latex(analysis, tmp_path, name):
-    out = Files(md=str(tmp_path / f"{name}.md"), tex=str(tmp_path / f"{name}.tex"))
-    params = SimpleNamespace(experiment="t", baseline="bf16", primary="m", backend="tiny",
-                             infra={"window": [2, 20], "peak_flops": 1e11},
-                             students={"m": {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1,
-                                             "head_dim": 32, "d_ff": 64}})
-    load(f"table_{name}").main(inputs(analysis, TABLES[name]), out, params)
+@pytest.mark.parametrize("o", [o for o in O.OUTPUTS if o.kind == "table"], ids=lambda o: o.name)
+def test_table_renders_markdown_and_latex(analysis, tmp_path, o):
+    out = render(analysis, tmp_path, o)
     md, tex = Path(out.md).read_text(), Path(out.tex).read_text()
     assert md.startswith("**") and "|" in md
     assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
+
+
+def test_every_script_is_in_the_output_table():
+    """Adding a figure is its script plus one line in opd/outputs.py: no script is left out of the table."""
+    scripts = {p.stem for p in SCRIPTS.glob("figure_*.py")} | {p.stem for p in SCRIPTS.glob("table_*.py")}
+    assert {o.rule for o in O.OUTPUTS} == scripts - {"figure_mechanism", "table_mechanism", "table_mechanism_runs"}
+
+
+SMALL = {  # experiments a new user would try: each output renders or is absent, never a traceback
+    "baseline and one row": [ROWS[0], ROWS[4]],
+    "no KV rows": [r for r in ROWS if "kv_cache" not in r],
+    "no RL rows": [r for r in ROWS if "algorithm" not in r],
+    "staleness and noise only": [ROWS[0], ROWS[3], ROWS[4]],
+}
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_outputs_follow_the_matrix(tmp_path, name):
+    rows = SMALL[name]
+    a = build_analysis(tmp_path, rows)
+    chosen = O.selected({"rows": rows, "seeds": [0], "backend": "tiny"})
+    for o in chosen:
+        render(a, tmp_path, o)
+    names = {o.rule for o in chosen}
+    assert ("figure_kv_attribution" in names) == any("kv_cache" in r for r in rows)
+    assert ("figure_rl_vs_opd" in names) == ("table_rl" in names) == any("algorithm" in r for r in rows)
+    assert "figure_heldout_kl" in names and "table_runs" in names
+    mod = load("findings")  # the findings sentences too
+    mod.main(Files(**{n: str(a / f"{n}.parquet") for n in ("verdicts", "budget", "noise", "null_deltas",
+                                                             "staleness_lr", "heldout", "rl", "rows")},
+                   admission_summary=str(a / "admission_summary.json")),
+             Files(md=str(tmp_path / "findings.md")), SimpleNamespace(tau=0.2, baseline="bf16", primary="m",
+                                                                      alpha=1.5, L=0.41))
 
 
 def test_verl_async_throughput_comes_from_the_staleness_runs(analysis, tmp_path):

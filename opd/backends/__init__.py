@@ -1,0 +1,45 @@
+"""The two backends, and the one place that maps a job kind and a backend to the function computing it.
+
+`tiny` is plain PyTorch on a CPU (opd.backends.tiny); `verl` is verl + vLLM on GPUs (opd.backends.verl).
+Both write the same files (DESIGN.md's Parquet contracts). A job a backend lacks is absent from JOBS,
+and asking for it is an error that names the backend and the job.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+JOBS: dict[tuple[str, str], str] = {
+    ("train", "tiny"): "opd.backends.tiny.trainer:train_run",
+    ("train", "verl"): "opd.backends.verl:train_run",
+    ("base", "tiny"): "opd.backends.tiny.offline:base_job",
+    ("admission", "tiny"): "opd.backends.tiny.offline:admission_job",
+    ("admission", "verl"): "opd.backends.verl:admission_job",
+    ("kv-attribution", "tiny"): "opd.backends.tiny.offline:kv_attribution_job",
+    ("kv-attribution", "verl"): "opd.backends.verl:kv_attribution_job",
+    ("throughput", "tiny"): "opd.backends.tiny.offline:throughput_job",
+    ("memory-bound", "tiny"): "opd.backends.tiny.offline:memory_bound_job",
+}
+
+
+def job(kind: str, backend: str) -> Callable:
+    """The function computing job `kind` on `backend` (imported on first use: torch, verl and vLLM load
+    only in the jobs that need them)."""
+    try:
+        target = JOBS[(kind, backend)]
+    except KeyError:
+        have = sorted(k for k, b in JOBS if b == backend)
+        raise ValueError(f"the {backend} backend has no {kind!r} job; it has {have}") from None
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def train_flops_per_token(student: dict, backend: str) -> float:
+    """Forward + backward FLOPs per trained token: 3 x the student's forward FLOPs (tiny: counted from
+    the architecture at the task's full sequence length; verl: 2 x n_params from the student's spec)."""
+    if backend == "tiny":
+        from opd.backends.tiny.base import model_config
+        from opd.backends.tiny.model import flops_per_token
+        from opd.backends.tiny.task import PROMPT_LEN, RESPONSE_LEN
+        return 3 * flops_per_token(model_config(student), PROMPT_LEN + RESPONSE_LEN)
+    return 3 * 2 * float(student["n_params"])

@@ -19,6 +19,8 @@ rule analysis:
         noise=f"{ANALYSIS}/noise.parquet",
         null_deltas=f"{ANALYSIS}/null_deltas.parquet",
         staleness_lr=f"{ANALYSIS}/staleness_lr.parquet",
+        time_to_kl=f"{ANALYSIS}/time_to_kl.parquet",
+        infra=f"{ANALYSIS}/infra.parquet",
     params:
         rows=[r.resolved() for r in ROWS.values()],
         baseline=BASELINE,
@@ -28,5 +30,10 @@ rule analysis:
         admission=E["admission"],
         primary=PRIMARY,
         train_lr=E["train"]["lr"],
+        infra=E.get("infra", {}),
+        students=E["students"],
+        backend=BACKEND,
+    log:
+        f"logs/{EXP}/analysis.log",
     script:
         "../scripts/analysis.py"

@@ -8,5 +8,7 @@ rule base_models:
         student=f"{MODELS}/{{student}}/student.pt",
         teacher=f"{MODELS}/{{student}}/teacher.pt",
         meta=f"{MODELS}/{{student}}/base.json",
+    log:
+        f"logs/{EXP}/base_models/{{student}}.log",
     shell:
-        "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student}"
+        "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student} > {log} 2>&1"

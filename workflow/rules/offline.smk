@@ -19,8 +19,10 @@ rule admission:
                                         **{k: v for k, v in E["admission"].items() if k in ("prompts", "responses", "seed")})),
     output:
         f"{OUT}/admission/{{row}}.{{student}}.parquet",
+    log:
+        f"logs/{EXP}/admission/{{row}}.{{student}}.log",
     shell:
-        "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH}"
+        "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
 
 
 rule kv_attribution:
@@ -29,8 +31,10 @@ rule kv_attribution:
                                         responses=4, seed=E["admission"].get("seed", 0))),
     output:
         f"{ANALYSIS}/kv_attribution.parquet",
+    log:
+        f"logs/{EXP}/kv_attribution.log",
     shell:
-        "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH}"
+        "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
 
 
 rule throughput:
@@ -41,8 +45,10 @@ rule throughput:
     output:
         f"{ANALYSIS}/async_throughput.parquet",
     threads: workflow.cores
+    log:
+        f"logs/{EXP}/throughput.log",
     shell:
-        "python -m opd.cli throughput --spec {input.spec} --out {output} --launcher {LAUNCH}"
+        "python -m opd.cli throughput --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
 
 
 rule memory_bound:
@@ -52,8 +58,10 @@ rule memory_bound:
     output:
         f"{ANALYSIS}/memory_bound.parquet",
     threads: workflow.cores
+    log:
+        f"logs/{EXP}/memory_bound.log",
     shell:
-        "python -m opd.cli memory-bound --spec {input.spec} --out {output} --launcher {LAUNCH}"
+        "python -m opd.cli memory-bound --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
 
 
 rule throughput_from_runs:
@@ -65,5 +73,7 @@ rule throughput_from_runs:
         f"{ANALYSIS}/async_throughput_runs.parquet",
     params:
         staleness={r.name: r.staleness for r in ROWS.values()},
+    log:
+        f"logs/{EXP}/throughput_from_runs.log",
     script:
         "../scripts/throughput_from_runs.py"

@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 
-from opd import stats, store
+from opd import backends, scripts, stats, store
 from opd.rows import Row
 
 
@@ -57,6 +57,58 @@ def staleness_lr(rows: pd.DataFrame, verdicts: pd.DataFrame, student: str, train
     return t.sort_values(["lr", "k"], ignore_index=True)
 
 
+def time_to_kl(held: pd.DataFrame, st: pd.DataFrame, rows: list[Row], baseline: str) -> pd.DataFrame:
+    """Paper Table 11: steps and wall seconds to reach the baseline's final held-out KL, and to 90% of its
+    improvement, for every budget row (linear interpolation between evaluations), and the speed-up in
+    wall seconds against the baseline."""
+    held = held[held["config"].isin([r.name for r in rows if r.in_budget])]
+    kl = held.groupby(["student", "config", "step"])["kl"].mean().reset_index()
+    secs = st.groupby(["student", "config", "step"])["step_s"].mean().groupby(level=[0, 1]).cumsum()
+    out_rows = []
+    for student, k in kl.groupby("student"):
+        base = k[k["config"] == baseline].sort_values("step")
+        final, start = base["kl"].iloc[-1], base["kl"].iloc[0]
+        target90 = start - 0.9 * (start - final)
+        base_t = {}
+        for cfg, c in k.groupby("config"):
+            c = c.sort_values("step")
+            # wall seconds at an evaluation step = sum of step_s of the steps before it
+            s = secs.loc[(student, cfg)].reindex(range(int(c["step"].max()) + 1)).ffill()
+            wall = [0.0 if n == 0 else float(s.iloc[n - 1]) for n in c["step"]]
+            res = {"student": student, "config": cfg}
+            for label, target in (("final", final), ("90%", target90)):
+                res[f"steps to {label}"] = stats.time_to_target(c.assign(x=c["step"]), target)
+                res[f"s to {label}"] = stats.time_to_target(c.assign(x=wall), target)
+            out_rows.append(res)
+            if cfg == baseline:
+                base_t = res
+        for res in out_rows:
+            if res["student"] == student:
+                for label in ("final", "90%"):
+                    res[f"speed-up to {label}"] = base_t[f"s to {label}"] / res[f"s to {label}"]
+    return pd.DataFrame(out_rows).sort_values(["student", "config"])
+
+
+def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: dict) -> pd.DataFrame:
+    """poor-rl's infra columns per configuration: steps, median step seconds, throughput over a fixed
+    window of steps and its ratio to the baseline, rollout wait, an MFU estimate (training FLOPs only)
+    and the first step's p90 sequence log-ratio."""
+    lo, hi = window
+    w = st[(st["step"] >= lo) & (st["step"] < hi)]
+    g = w.groupby(["student", "config"]).agg(
+        steps=("step", "nunique"), median_step_s=("step_s", "median"), tokens=("trained_tokens", "sum"),
+        seconds=("step_s", "sum"), wait=("wait_s", "sum")).reset_index()
+    g["tokens/s"] = g["tokens"] / g["seconds"]
+    base = g[g["config"] == baseline].set_index("student")["tokens/s"]
+    g["ratio"] = g["tokens/s"] / g["student"].map(base)
+    g["rollout wait %"] = 100 * g["wait"] / g["seconds"]
+    g["MFU % (est.)"] = 100 * g["tokens/s"] * g["student"].map(flops_per_token) / peak_flops if peak_flops else float("nan")
+    first = st.sort_values("step").groupby(["student", "config"])["seq_logratio_p90"].first()
+    g = g.merge(first.rename("first-step diff").reset_index(), on=["student", "config"])
+    return g[["student", "config", "steps", "median_step_s", "tokens/s", "ratio", "rollout wait %", "MFU % (est.)",
+              "first-step diff"]].sort_values(["student", "config"])
+
+
 def main(inp, out, params):
     steps = pd.concat([store.read_table(p) for p in inp.steps], ignore_index=True)
     heldout = pd.concat([store.read_table(p) for p in inp.heldout], ignore_index=True)
@@ -91,7 +143,11 @@ def main(inp, out, params):
     store.write_table(record, out.admission)
     store.write_json(stats.admission_summary(record, a.get("ratio_floor", 0.01)), out.admission_summary)
     store.write_table(rl_table(rows, steps, heldout, v), out.rl)
+    store.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
+    fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
+    window = params.infra.get("window", [0, 10**9])
+    store.write_table(infra(steps, params.baseline, window, params.infra.get("peak_flops"), fpt), out.infra)
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -34,4 +34,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -2,7 +2,7 @@
 trainer waits for rollouts."""
 import numpy as np
 
-from opd import report, store
+from opd import report, scripts, store
 
 WARMUP = 3  # first steps excluded: thread start-up and the pipeline filling
 
@@ -33,4 +33,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -5,7 +5,7 @@ the seed-aware rule, markers, error bars and the band follow that rule (the pape
 panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range."""
 import numpy as np
 
-from opd import report, store
+from opd import report, scripts, store
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
 RULE_COLUMNS = {"seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds"), "paper": ("ci_lo", "ci_hi", "verdict")}
@@ -60,4 +60,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

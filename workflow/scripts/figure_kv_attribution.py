@@ -2,7 +2,7 @@
 time, and all layers but one)."""
 import numpy as np
 
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -27,4 +27,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -45,7 +45,7 @@ def main(inp, out, params):
     hi = float(np.nanmax(pre[["opd_bound", "rl_bound"]]))
     worst = t[["opd_bias_bound_max_l1", "rl_bias_bound_max_l1"]].max().max()
     ax.plot([lo, hi], [lo, hi], color=report.NEUTRAL, lw=0.7, ls="--",
-            label=f"bound; max ‖g‖₁/bound {worst:.2f}")
+            label=f"bound (max ‖g‖₁/bound {worst:.2f})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bound 2 ‖δ‖₁ ‖A‖∞ per prefix")

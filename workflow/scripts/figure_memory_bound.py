@@ -1,6 +1,6 @@
 """Paper Fig. 7: generation throughput when a step asks for more responses than the KV-cache budget
 holds in BF16; an FP8 cache holds twice as many per wave."""
-from opd import report, store
+from opd import report, scripts, store
 
 COLORS = {"none": "#000000", "fp8_e4m3": "#b2182b", "fp8_e4m3-l0": "#2166ac"}
 LABELS = {"none": "BF16 cache", "fp8_e4m3": "FP8 E4M3 cache", "fp8_e4m3-l0": "FP8 cache, layer 0 BF16"}
@@ -25,4 +25,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

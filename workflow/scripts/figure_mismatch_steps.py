@@ -1,5 +1,5 @@
 """d_n per training step for every OPD row of the primary student, one panel per mismatch source."""
-from opd import report, store
+from opd import report, scripts, store
 
 SMOOTH = 5  # steps in the centred rolling mean drawn over the raw points
 
@@ -29,4 +29,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

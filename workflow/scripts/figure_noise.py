@@ -2,7 +2,7 @@
 per student, against tau; with the problem-only interval the paper's rule uses, for scale."""
 import numpy as np
 
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -37,4 +37,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

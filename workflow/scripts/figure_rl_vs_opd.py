@@ -1,6 +1,6 @@
 """Paper Fig. 8: RL and OPD under the same engines. RL's held-out accuracy per algorithm, and OPD's
 held-out KL under the engines RL was given."""
-from opd import report, store
+from opd import report, scripts, store
 
 ENGINE_COLORS = ["#000000", "#e08214", "#2166ac", "#b2182b", "#5aae61", "#762a83"]
 
@@ -40,4 +40,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from opd import report, store
+from opd import report, scripts, store
 
 NOISE = ("- **Instrument noise.** The standard engine against itself, one seed against another: Δ has SD "
          "{sd_single:.1%} on {student} ({n_seeds} seeds; range {lo:+.1%} to {hi:+.1%}), where the problem-only "
@@ -108,4 +108,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -1,7 +1,7 @@
 """Paper Table 7: the admission record: offline decision against training outcome."""
 import json
 
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -17,4 +17,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

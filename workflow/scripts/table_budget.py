@@ -1,5 +1,5 @@
 """Paper Table 1: the empirical budget B_emp(tau) for several tau."""
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -14,4 +14,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -31,6 +31,10 @@ def span(values, fmt="{:.2f}"):
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
+def ratio(a, b):
+    return a / b if b else float("nan")
+
+
 def over_training(t, space):
     """Per noise row: fixed-prefix error and update at the end over step 0, and error/update at both."""
     last = int(t["step"].max())
@@ -40,7 +44,9 @@ def over_training(t, space):
         e, u = f"err_fixed_{space}", f"upd_fixed_{space}"
         out.append({"sigma": sigma, "err": s1[e] / s0[e], "upd": s1[u] / s0[u], "r0": s0[e] / s0[u],
                     "r1": s1[e] / s1[u], "opd_bias": s1["opd_bias_mean"] / s0["opd_bias_mean"],
-                    "rl_bias": s1["rl_bias_mean"] / s0["rl_bias_mean"]})
+                    "rl_bias": ratio(s1["rl_bias_mean"], s0["rl_bias_mean"]),
+                    "opd_per": ratio(s1["opd_bias_mean"] / s1["delta_l1"], s0["opd_bias_mean"] / s0["delta_l1"]),
+                    "rl_per": ratio(s1["rl_bias_mean"] / s1["delta_l1"], s0["rl_bias_mean"] / s0["delta_l1"])})
     return pd.DataFrame(out)
 
 
@@ -58,6 +64,8 @@ def main(inp, out, params):
         {"quantity": "fixed prefixes: error / update at the end (noise rows)", "paper": "1.88"},
         {"quantity": "OPD bias (mean per prefix) at the end / at step 0 (noise rows)", "paper": "vanishes as A → 0"},
         {"quantity": "REINFORCE bias R δ at the end / at step 0 (noise rows)", "paper": "does not vanish"},
+        {"quantity": "OPD bias per unit of mismatch (mean ‖g‖₂ / mean ‖δ‖₁), end / step 0", "paper": "vanishes as A → 0"},
+        {"quantity": "REINFORCE bias per unit of mismatch, end / step 0", "paper": "does not vanish"},
         {"quantity": "max over prefixes of ‖g_bias‖₁ / (2 ‖δ‖₁ ‖A‖∞), OPD and REINFORCE", "paper": "≤ 1 (a bound)"},
     ]
     n_prefixes = int(t["n_prefixes_q"].sum())
@@ -65,10 +73,11 @@ def main(inp, out, params):
         ot = over_training(t, space)
         vals = [growth(t, "S", 0, space), growth(t, "S", last, space), growth(t, "T", 0, space),
                 growth(t, "T", last, space), span(ot["err"]) + "x", span(ot["upd"]) + "x", span(ot["r0"]),
-                span(ot["r1"]), span(ot["opd_bias"]) + "x", span(ot["rl_bias"]) + "x",
+                span(ot["r1"]), span(ot["opd_bias"]) + "x", span(ot["rl_bias"]) + "x", span(ot["opd_per"]) + "x",
+                span(ot["rl_per"]) + "x",
                 f"{t[['opd_bias_bound_max_l1', 'rl_bias_bound_max_l1']].max().max():.2f} ({n_prefixes} prefixes)"]
-        if space == "param":  # the last three do not depend on the space
-            vals[-3:] = ["same", "same", "same"]
+        if space == "param":  # the last five do not depend on the space
+            vals[-5:] = ["– (per prefix)"] * 5
         for r, v in zip(rows, vals):
             r[col] = v
     sigmas = ", ".join(f"{s:g}" for s in sorted(t.loc[t["noise_sigma"] > 0, "noise_sigma"].unique()))

@@ -1,5 +1,5 @@
 """The instrument's noise per student: the baseline engine against itself over its seeds."""
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -16,4 +16,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -1,6 +1,6 @@
 """The RL contrast: REINFORCE and GRPO under the engines OPD tolerated, with collapse fixed in advance
 (held-out accuracy at least 5 points below the same algorithm on the standard engine)."""
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -12,4 +12,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

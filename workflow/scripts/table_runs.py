@@ -1,5 +1,5 @@
 """Paper Table 6: every OPD run: D, Delta with its 95% interval, accuracy change, verdict."""
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -20,4 +20,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

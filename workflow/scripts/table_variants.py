@@ -2,7 +2,7 @@
 sampling) next to plain OPD under the same engine."""
 import pandas as pd
 
-from opd import report, store
+from opd import report, scripts, store
 
 
 def main(inp, out, params):
@@ -28,4 +28,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -2,7 +2,7 @@
 columns as the tiny backend's measurement, with k from each run's row."""
 import pandas as pd
 
-from opd import store
+from opd import scripts, store
 
 
 def main(inp, out, params):
@@ -13,4 +13,4 @@ def main(inp, out, params):
 
 
 if "snakemake" in globals():
-    main(snakemake.input, snakemake.output, snakemake.params)  # noqa: F821
+    scripts.run(main, snakemake)  # noqa: F821

@@ -1,0 +1,118 @@
+"""Every figure and table the pipeline renders, declared once: its script, the analysis files it reads
+and what the experiment must hold for it to mean something. workflow/rules/outputs.smk makes one rule
+per entry, the README's figure list and tests/test_figures.py read the same table, so adding a figure
+is its script and one line here.
+
+Inputs are names of the analysis stage's files (results/<experiment>/analysis/<name>.parquet, or
+<name>.json); the rules resolve them to the producing rules' outputs. An output whose `needs` is false
+for an experiment (no KV-cache rows for the KV attribution, no RL rows for the RL contrast, ...) is not
+in that experiment's DAG at all, so a small experiment builds what it can show and nothing crashes on
+what it lacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from opd.rows import Row
+
+# what an output needs from an experiment: its rows, its baseline's seed count and its backend
+Needs = Callable[["Matrix"], bool]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """What `needs` predicates read: an experiment's rows (opd.rows.Row), seeds and backend."""
+    rows: tuple[Row, ...]
+    seeds: tuple[int, ...]
+    backend: str
+
+    @classmethod
+    def of(cls, experiment: dict) -> "Matrix":
+        return cls(tuple(Row.of(r) for r in experiment["rows"]), tuple(experiment["seeds"]), experiment["backend"])
+
+    def has(self, pred: Callable[[Row], bool]) -> bool:
+        return any(pred(r) for r in self.rows)
+
+    @property
+    def baseline_seeds(self) -> int:
+        b = next(r for r in self.rows if r.baseline)
+        return len(b.seeds or self.seeds)
+
+
+def engine_rows(m: Matrix) -> bool:
+    """Budget engines other than the baseline: something to judge."""
+    return m.has(lambda r: r.in_budget and not r.baseline)
+
+
+def admission_rows(m: Matrix) -> bool:
+    """Engines the offline admission check can estimate (no staleness: it has no training to be stale)."""
+    return m.has(lambda r: r.in_budget and not r.baseline and not r.staleness)
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    kind: str  # "figure" (PDF + PNG) or "table" (Markdown + LaTeX)
+    inputs: tuple[str, ...]
+    needs: Needs
+    about: str
+
+    @property
+    def script(self) -> str:
+        return f"{self.kind}_{self.name}.py"
+
+    @property
+    def rule(self) -> str:
+        return f"{self.kind}_{self.name}"
+
+    @property
+    def extensions(self) -> tuple[str, str]:
+        return ("pdf", "png") if self.kind == "figure" else ("md", "tex")
+
+
+def _always(m: Matrix) -> bool:
+    return True
+
+
+OUTPUTS: tuple[Output, ...] = (
+    # figures
+    Output("budget", "figure", ("verdicts", "budget", "rows"), engine_rows,
+           "quality change Delta against run mismatch D, the fail line and the budget"),
+    Output("admission", "figure", ("admission", "admission_summary.json"), admission_rows,
+           "offline estimate D_hat against the training runs' D, with the admission line"),
+    Output("kv_attribution", "figure", ("kv_attribution",), lambda m: m.has(lambda r: r.kv_cache != "none"),
+           "per-layer attribution of the FP8 KV cache's offline mismatch"),
+    Output("async_throughput", "figure", ("async_throughput",), lambda m: m.has(lambda r: r.staleness > 0),
+           "measured rollout throughput against staleness k"),
+    Output("memory_bound", "figure", ("memory_bound",),
+           lambda m: m.backend == "tiny" and m.has(lambda r: r.kv_cache != "none"),
+           "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache"),
+    Output("rl_vs_opd", "figure", ("rl", "heldout", "steps", "rows"), lambda m: m.has(lambda r: r.algorithm != "opd"),
+           "RL under the same engines as OPD"),
+    Output("mismatch_steps", "figure", ("steps", "rows"), lambda m: m.has(lambda r: r.algorithm == "opd" and not r.baseline),
+           "per-step mismatch d_n of each engine"),
+    Output("heldout_kl", "figure", ("heldout", "rows", "verdicts"), _always,
+           "held-out KL to the teacher over training"),
+    Output("noise", "figure", ("null_deltas", "noise"), lambda m: m.baseline_seeds >= 2,
+           "the instrument's noise: seed-vs-seed Delta of the standard engine"),
+    Output("staleness_lr", "figure", ("staleness_lr",), lambda m: m.has(lambda r: r.staleness > 0),
+           "staleness against the learning rate"),
+    # tables
+    Output("runs", "table", ("verdicts", "rows"), _always, "every configuration: D, Delta, intervals, verdicts"),
+    Output("budget", "table", ("budget",), engine_rows, "the budget at each tau, under both rules"),
+    Output("admission", "table", ("admission", "admission_summary.json"), admission_rows,
+           "the admission record"),
+    Output("time_to_kl", "table", ("time_to_kl",), _always, "steps and time to reach a held-out KL"),
+    Output("variants", "table", ("verdicts", "rows"), lambda m: m.has(lambda r: r.variant != "none"),
+           "OPD update variants under the same engine"),
+    Output("infra", "table", ("infra",), _always, "measured cost of a step and its parts"),
+    Output("rl", "table", ("rl",), lambda m: m.has(lambda r: r.algorithm != "opd"), "the RL contrast"),
+    Output("noise", "table", ("noise",), lambda m: m.baseline_seeds >= 2, "the instrument's noise per student"),
+)
+
+
+def selected(experiment: dict, outputs: Iterable[Output] = OUTPUTS) -> list[Output]:
+    """The outputs an experiment (config.yaml's shape) builds."""
+    m = Matrix.of(experiment)
+    return [o for o in outputs if o.needs(m)]

@@ -1,0 +1,19 @@
+# Stage 3: the findings as sentences, every number computed from the analysis files (linked by the README).
+
+
+rule findings:
+    input:
+        **{k: rules.analysis.output[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr",
+                                                 "heldout", "rl", "rows", "admission_summary")},
+    output:
+        md=f"{FIG}/findings.md",
+    params:
+        tau=E["tau"],
+        baseline=BASELINE,
+        primary=PRIMARY,
+        alpha=E["admission"]["alpha"],
+        L=E["admission"]["L"],
+    log:
+        f"logs/{EXP}/findings.log",
+    script:
+        "../scripts/findings.py"
