@@ -32,7 +32,7 @@ def sft_loss(model: M.Decoder, prompts: torch.Tensor, solutions: torch.Tensor) -
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID)
 
 
-def train_base(student: dict, task_seed: int, seed: int, out_dir, progress=None) -> dict:
+def train_base(student: dict, task_seed: int, seed: int, out_dir) -> dict:
     """Train and save `student.pt` and `teacher.pt`; returns the loss curve summary."""
     from pathlib import Path
     out_dir = Path(out_dir)
@@ -55,8 +55,6 @@ def train_base(student: dict, task_seed: int, seed: int, out_dir, progress=None)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if progress:
-            progress(step, total, loss.item())
         if step == student["student_steps"]:
             M.save(model, out_dir / "student.pt")
             losses["student_loss"] = loss.item()
