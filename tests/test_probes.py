@@ -145,9 +145,10 @@ def test_probe_point_exact_engine_has_no_error_and_a_noisy_one_has(models):
     same, _ = probe_for(student, Numerics(dtype=torch.float32))  # the trainer's own numerics: q = p
     fixed = P.fixed_prefixes(student, same.prompts, 0)
     out, pre = P.probe_point(same, state, state, student.cfg, teacher, train, fixed)
-    assert out["T_logit"] < 1e-9 and out["T_param"] < 1e-6 and out["opd_bias_mean"] < 1e-9
+    # (q and p differ only by float order: the engine decodes token by token, the trainer in one pass)
+    assert out["T_logit"] < 1e-7 and out["T_param"] < 1e-5 and out["opd_bias_mean"] < 1e-7
     # common random numbers: the engine and the trainer visit the very same prefixes, so no prefix shift
-    assert out["S_logit"] < 1e-9 and out["S_param"] < 1e-6 and out["U_logit"] > 0
+    assert out["S_logit"] < 1e-7 and out["S_param"] < 1e-5 and out["U_logit"] > 1e-4
     noisy, _ = probe_for(student, Numerics(noise_sigma=0.3))
     out, pre = P.probe_point(noisy, state, state, student.cfg, teacher, train, fixed)
     assert out["T_logit"] > 1e-4 and out["S_logit"] > 0 and out["d"] > 1e-3

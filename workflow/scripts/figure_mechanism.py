@@ -5,7 +5,7 @@ fixed prefixes against the training step; and the mean per-prefix bias of OPD ag
 import numpy as np
 from matplotlib.colors import to_rgb
 
-from opd import report, store
+from opd import report, scripts, store
 from opd import scripts
 
 

@@ -3,7 +3,7 @@ the error and the update on fixed prefixes over training, the bias bound, and OP
 REINFORCE's. Every toy number is read from the probes' table (opd/backends/tiny/probes.py)."""
 import pandas as pd
 
-from opd import report, store
+from opd import report, scripts, store
 from opd import scripts
 
 LO, HI = 0.15, 0.325  # the paper's two noise levels

@@ -1,7 +1,7 @@
 """The gradient probes per probed run and step (opd/backends/tiny/probes.py): mismatch, T and S against the
 ideal update in logit and parameter space, the error/update ratio on fixed prefixes, OPD's and
 REINFORCE's mean bias, and whether the re-created run repeats the recorded one."""
-from opd import report, store
+from opd import report, scripts, store
 from opd import scripts
 
 

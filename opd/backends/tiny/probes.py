@@ -240,6 +240,7 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
     pb_f = Pullback(student, fixed)
     opd_f = opd_terms(pb_f.logp, engine_logq(engine, fixed)[fixed.mask], teacher_logp(teacher, fixed))
 
+    check_bound(opd_f, "opd on the fixed prefixes")
     for name, terms in (("opd", opd), ("rl", rl)):
         check_bound(terms, name)
         pos = terms["bound"] > 0
@@ -344,8 +345,8 @@ def fixed_prefixes(student: M.Decoder, prompts: torch.Tensor, probe_seed: int) -
 
 
 def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], float]:
-    """All probed steps of one run (re-created); returns result rows, prefix samples, seconds."""
-    t0 = time.perf_counter()
+    """All probed steps of one run (re-created); returns result rows, prefix samples, (seconds, CPU seconds)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.set_threads({"threads": 1})
     spec = store.read_json(run["spec"])
     row = Row.of(spec["row"])
@@ -358,7 +359,7 @@ def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], flo
     else:
         states, new_steps = recreate(spec, need)
         cmp = compare_steps(new_steps, store.read_table(run["steps"], store.STEPS))
-    t_recreate = time.perf_counter() - t0
+    t_recreate, c_recreate = time.perf_counter() - t0, time.process_time() - c0
     student0 = M.load(spec["student_path"])
     teacher = M.load(spec["teacher_path"]).eval()
     train, _ = make_task(spec["settings"].get("task_seed", 0))
@@ -373,9 +374,9 @@ def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], flo
     for s in steps:
         out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
         rows.append({**ids, "step": s, "engine_version": engine_version[s], **out, **cmp,
-                     "recreate_s": t_recreate})
+                     "recreate_s": t_recreate, "recreate_cpu_s": c_recreate})
         samples.append(pre.assign(**ids, step=s))
-    return rows, samples, time.perf_counter() - t0
+    return rows, samples, (time.perf_counter() - t0, time.process_time() - c0)
 
 
 def _probe_run_star(args):
@@ -396,7 +397,8 @@ def probes_job(spec: dict, out: Path) -> None:
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
             results = list(pool.map(_probe_run_star, tasks))
     rows = [r for res in results for r in res[0]]
-    table = pd.DataFrame(rows).assign(run_s=[res[2] for res in results for _ in res[0]],
+    table = pd.DataFrame(rows).assign(run_s=[res[2][0] for res in results for _ in res[0]],
+                                      run_cpu_s=[res[2][1] for res in results for _ in res[0]],
                                       job_s=time.perf_counter() - t0)
     store.write_table(table, out)
     store.write_table(pd.concat([s for res in results for s in res[1]], ignore_index=True), prefix_path(out))
