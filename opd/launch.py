@@ -4,7 +4,8 @@ With Slurm the Snakemake rule runs locally and blocks until the submitted job en
 checkpointable: on a timeout or preemption signal submitit requeues it and it resumes from the run's
 last checkpoint. A job that vanishes without a result (scancel, out of memory, node failure) is noticed
 by polling `squeue`/`scontrol` ourselves (submitit alone would wait forever without Slurm accounting)
-and fails within `dead_after_s` with the Slurm state and the tail of the job's log.
+and fails within `dead_after_s` with the Slurm state and the tail of the job's log. A job that failed with
+its node or was preempted is given the same `dead_after_s` to come back requeued before the rule fails.
 """
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
               "mem_gb": slurm.get("mem_gb", 4), "slurm_setup": slurm.get("setup", [])}
     if slurm.get("gpus_per_node"):
         params["gpus_per_node"] = slurm["gpus_per_node"]
+    if slurm.get("signal_delay_s") is not None:  # Slurm's USR2 this long before the time limit (submitit's default: 90 s)
+        params["slurm_signal_delay_s"] = int(slurm["signal_delay_s"])
     for key in ("partition", "account", "qos"):
         if slurm.get(key):
             params[f"slurm_{key}"] = slurm[key]
@@ -101,6 +104,10 @@ def slurm_state(job_id: str) -> str | None:
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
           "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+# Ended for good: the rule fails at the next poll. A job that failed with its node (NODE_FAIL) or was preempted
+# may come back, requeued by Slurm (JobRequeue, --requeue), so such a job, like one Slurm no longer knows, is
+# given dead_after_s to be seen active again.
+FINAL = {"CANCELLED", "FAILED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "TIMEOUT"}
 
 
 def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
@@ -121,14 +128,16 @@ def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
             gone_since = None
         else:
             gone_since = gone_since or time.monotonic()
-            if time.monotonic() - gone_since >= (poll if state else dead_after) or state in (
-                    "CANCELLED", "FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-                    "TIMEOUT"):
+            may_return = state is None or state in ("NODE_FAIL", "PREEMPTED")
+            if time.monotonic() - gone_since >= (0 if state in FINAL else dead_after if may_return else poll):
                 time.sleep(poll)  # the result files may land just after the state changes
                 if _all_results(job):
                     return job.results()[0]
+                if state is not None:  # it must not come back (a late requeue) and train with no rule waiting
+                    subprocess.run(["scancel", job.job_id], capture_output=True)
                 missing = [i for i in range(job.num_tasks) if not job.task(i).paths.result_pickle.exists()]
                 raise JobFailed(f"{name}: Slurm job {job.job_id} ended without a result (state {state or 'unknown'}"
+                                f"{f', not requeued within {dead_after} s' if state in ('NODE_FAIL', 'PREEMPTED') else ''}"
                                 f"{'; no result from task(s) ' + str(missing) if job.num_tasks > 1 else ''})."
                                 f"\n--- tail of {job.paths.stderr} ---\n{_tail(job.paths.stderr)}"
                                 f"\n--- tail of {job.paths.stdout} ---\n{_tail(job.paths.stdout)}")

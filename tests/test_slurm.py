@@ -134,3 +134,105 @@ def test_a_two_task_job_writes_run_json_once_and_the_rule_reads_every_tasks_resu
     job = submitit.SlurmJob(run / "slurm", meta["slurm_job_ids"][0], tasks=(0, 1))
     assert job.num_tasks == 2 and job.results()[1] is None
     assert "#SBATCH --ntasks-per-node=2" in next((run / "slurm").glob("*_submission.sh")).read_text()
+
+
+def straight_run(spec, out: Path):
+    """The same run uninterrupted, in a process of its own (started first, it trains while the Slurm job does)."""
+    import multiprocessing
+    from opd.backends.tiny.trainer import train_run
+    p = multiprocessing.get_context("spawn").Process(target=train_run, args=(spec, out))
+    p.start()
+    return p
+
+
+def same_steps(run: Path, straight: Path, n: int):
+    steps = store.read_table(run / "steps.parquet")
+    assert steps["step"].tolist() == list(range(n))
+    pd.testing.assert_frame_equal(steps.drop(columns=TIMING),
+                                  store.read_table(straight / "steps.parquet").drop(columns=TIMING))
+
+
+def test_slurms_own_time_limit_signals_and_the_run_requeues_until_every_step_is_done_once(slurm_cluster, tmp_path):
+    """No simulated signal: the job asks for one minute and for USR2 40 s before its end (signal_delay_s), and
+    slurmctld's own time-limit check (every 30 s) sends it; submitit checkpoints and requeues, and the run resumes
+    from its last checkpoint. About 55 s of training, so it cannot finish in one attempt (the signal comes 20-50 s
+    in); the test cluster lets a requeued job start again after 10 s (cred_expire, default 120)."""
+    steps = 280
+    spec = toy_spec(tmp_path, steps=steps, checkpoint_every=5)
+    reference = straight_run(spec, tmp_path / "straight")
+    run = tmp_path / "run"
+    site = {**SITE, "time_min": 1, "signal_delay_s": 40, "max_requeues": 6}
+    meta = launch.run_train(spec, run, {"launcher": "slurm", "slurm": site})
+    job = meta["slurm_job_ids"][0]
+    sbatch = (run / "slurm" / f"{job}_submission.sh").read_text()
+    assert "#SBATCH --time=1\n" in sbatch and "#SBATCH --signal=USR2@40\n" in sbatch
+    assert meta["status"] == "complete" and meta["attempts"] >= 2 and meta["slurm_job_ids"] == [job] * meta["attempts"]
+    log = next((run / "slurm").glob(f"{job}_0_log.err")).read_text()
+    assert log.count("Caught signal SIGUSR2") == meta["attempts"] - 1 and "this job is timed-out" in log
+    reference.join(timeout=300)
+    same_steps(run, tmp_path / "straight", steps)
+
+
+NODE = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def node_back_up():
+    yield
+    subprocess.run(["scontrol", "update", f"nodename={NODE}", "state=resume"], capture_output=True)
+    wait_for(lambda: subprocess.run(["sinfo", "-h", "-n", NODE, "-o", "%T"], capture_output=True, text=True)
+             .stdout.strip() in ("idle", "mixed", "allocated"), 60, "the node back up")
+
+
+def take_node_down_mid_job(run: Path, requeue: bool) -> tuple[str, float]:
+    job = submitted_job_id(run)
+    wait_for(lambda: (run / "checkpoint.pt").exists(), 120, "a checkpoint")
+    if not requeue:  # as on a site without JobRequeue: the job ends with its node
+        subprocess.run(["scontrol", "update", f"jobid={job}", "requeue=0"], check=True)
+    subprocess.run(["scontrol", "update", f"nodename={NODE}", "state=down", "reason=opd-test"], check=True)
+    down = time.time()
+    time.sleep(3)
+    # back up (slurmd may have re-registered it already: ReturnToService=2)
+    subprocess.run(["scontrol", "update", f"nodename={NODE}", "state=resume"], capture_output=True)
+    return job, down
+
+
+def test_a_node_taken_down_mid_job_requeues_and_the_run_finishes_every_step_once(slurm_cluster, tmp_path,
+                                                                                 node_back_up):
+    spec = toy_spec(tmp_path, steps=60)
+    reference = straight_run(spec, tmp_path / "straight")
+    run = tmp_path / "run"
+    result = {}
+    t = threading.Thread(target=lambda: result.update(meta=launch.run_train(
+        spec, run, {"launcher": "slurm", "slurm": SITE})))
+    t.start()
+    job, _ = take_node_down_mid_job(run, requeue=True)
+    t.join(timeout=300)
+    assert not t.is_alive()
+    meta = result["meta"]
+    assert meta["status"] == "complete" and meta["attempts"] == 2 and meta["slurm_job_ids"] == [job, job]
+    reference.join(timeout=300)
+    same_steps(run, tmp_path / "straight", 60)
+
+
+def test_a_node_failure_slurm_does_not_requeue_fails_within_dead_after_naming_the_state(slurm_cluster, tmp_path,
+                                                                                         node_back_up):
+    spec = toy_spec(tmp_path, steps=2000)
+    run = tmp_path / "run"
+    err = {}
+
+    def go():
+        try:
+            launch.run_train(spec, run, {"launcher": "slurm", "slurm": SITE})
+        except launch.JobFailed as e:
+            err["e"] = e
+    t = threading.Thread(target=go)
+    t.start()
+    job, down = take_node_down_mid_job(run, requeue=False)
+    t.join(timeout=120)
+    assert not t.is_alive() and "e" in err
+    # it gave Slurm dead_after_s to requeue the job (as it does from NODE_FAIL where JobRequeue allows), no more
+    assert SITE["dead_after_s"] <= time.time() - down < SITE["dead_after_s"] + 15
+    assert f"Slurm job {job} ended without a result (state NODE_FAIL, not requeued within 20 s)" in str(err["e"])
+    assert not store.is_complete(run) and (run / "checkpoint.pt").exists()  # a rerun continues from here
+    assert launch.slurm_state(job) == "NODE_FAIL"  # and it stays ended: no late requeue trains unobserved
