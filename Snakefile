@@ -4,6 +4,11 @@ from opd import config as C
 
 configfile: "config.yaml"
 
+
+# `snakemake --report figures/<experiment>/report.html`: every figure and table with its caption
+# (workflow/report/), the findings, every run's provenance and the config used, as one HTML page.
+report: "workflow/report/workflow.rst"
+
 C.validate(config)  # schema + cross-field checks; names the experiment, row and field of every error
 
 
@@ -24,6 +29,8 @@ rule all:
         TABLES,
         MECHANISM,
         rules.findings.output,
+        rules.findings_html.output,
+        rules.config_used.output,
 
 
 rule figures:
@@ -32,3 +39,5 @@ rule figures:
         TABLES,
         MECHANISM,
         rules.findings.output,
+        rules.findings_html.output,
+        rules.config_used.output,

@@ -1,7 +1,7 @@
 """Every figure and table the pipeline renders, declared once: its script, the analysis files it reads
 and what the experiment must hold for it to mean something. workflow/rules/outputs.smk makes one rule
 per entry, the README's figure list and tests/test_figures.py read the same table, so adding a figure
-is its script and one line here.
+is its script, one line here and its caption in workflow/report/<rule>.rst (`snakemake --report`).
 
 Inputs are names of the analysis stage's files (results/<experiment>/analysis/<name>.parquet, or
 <name>.json); the rules resolve them to the producing rules' outputs. An output whose `needs` is false
@@ -50,13 +50,25 @@ def admission_rows(m: Matrix) -> bool:
     return m.has(lambda r: r.in_budget and not r.baseline and not r.staleness)
 
 
+# The report's categories (`snakemake --report`), in the paper's order; every output names one of them, and
+# the rules outside this table (mechanism, findings, run provenance) use the same names.
+BUDGET, ADMISSION, KV_CACHE, THROUGHPUT, RL, MECHANISM, INFRA, INSTRUMENT, FINDINGS = CATEGORIES = (
+    "Budget", "Admission", "KV cache", "Throughput", "RL contrast", "Mechanism", "Infrastructure", "Instrument",
+    "Findings")
+
+
 @dataclass(frozen=True)
 class Output:
     name: str
-    kind: str  # "figure" (PDF + PNG) or "table" (Markdown + LaTeX)
+    kind: str  # "figure" (PDF + PNG) or "table" (Markdown + LaTeX + HTML)
     inputs: tuple[str, ...]
     needs: Needs
     about: str
+    category: str  # the report's category, one of CATEGORIES
+
+    def __post_init__(self):
+        if self.category not in CATEGORIES:
+            raise ValueError(f"output {self.rule}: category {self.category!r} is not one of {CATEGORIES}")
 
     @property
     def script(self) -> str:
@@ -67,8 +79,18 @@ class Output:
         return f"{self.kind}_{self.name}"
 
     @property
-    def extensions(self) -> tuple[str, str]:
-        return ("pdf", "png") if self.kind == "figure" else ("md", "tex")
+    def extensions(self) -> tuple[str, ...]:
+        return ("pdf", "png") if self.kind == "figure" else ("md", "tex", "html")
+
+    @property
+    def shown(self) -> str:
+        """The extension the report shows (Snakemake's report displays images and HTML, not Markdown)."""
+        return "png" if self.kind == "figure" else "html"
+
+    @property
+    def caption(self) -> str:
+        """The report caption's file (reStructuredText), relative to the repository root."""
+        return f"workflow/report/{self.rule}.rst"
 
 
 def _always(m: Matrix) -> bool:
@@ -78,37 +100,39 @@ def _always(m: Matrix) -> bool:
 OUTPUTS: tuple[Output, ...] = (
     # figures
     Output("budget", "figure", ("verdicts", "budget", "rows"), engine_rows,
-           "quality change Delta against run mismatch D, the fail line and the budget"),
+           "quality change Delta against run mismatch D, the fail line and the budget", BUDGET),
     Output("admission", "figure", ("admission", "admission_summary.json"), admission_rows,
-           "offline estimate D_hat against the training runs' D, with the admission line"),
+           "offline estimate D_hat against the training runs' D, with the admission line", ADMISSION),
     Output("kv_attribution", "figure", ("kv_attribution",), lambda m: m.has(lambda r: r.kv_cache != "none"),
-           "per-layer attribution of the FP8 KV cache's offline mismatch"),
+           "per-layer attribution of the FP8 KV cache's offline mismatch", KV_CACHE),
     Output("async_throughput", "figure", ("async_throughput",), lambda m: m.has(lambda r: r.staleness > 0),
-           "measured rollout throughput against staleness k"),
+           "measured rollout throughput against staleness k", THROUGHPUT),
     Output("memory_bound", "figure", ("memory_bound",),
            lambda m: m.backend == "tiny" and m.has(lambda r: r.kv_cache != "none"),
-           "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache"),
+           "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache", THROUGHPUT),
     Output("rl_vs_opd", "figure", ("rl", "heldout", "steps", "rows"), lambda m: m.has(lambda r: r.algorithm != "opd"),
-           "RL under the same engines as OPD"),
+           "RL under the same engines as OPD", RL),
     Output("mismatch_steps", "figure", ("steps", "rows"), lambda m: m.has(lambda r: r.algorithm == "opd" and not r.baseline),
-           "per-step mismatch d_n of each engine"),
+           "per-step mismatch d_n of each engine", BUDGET),
     Output("heldout_kl", "figure", ("heldout", "rows", "verdicts"), _always,
-           "held-out KL to the teacher over training"),
+           "held-out KL to the teacher over training", BUDGET),
     Output("noise", "figure", ("null_deltas", "noise"), lambda m: m.baseline_seeds >= 2,
-           "the instrument's noise: seed-vs-seed Delta of the standard engine"),
+           "the instrument's noise: seed-vs-seed Delta of the standard engine", INSTRUMENT),
     Output("staleness_lr", "figure", ("staleness_lr",), lambda m: m.has(lambda r: r.staleness > 0),
-           "staleness against the learning rate"),
+           "staleness against the learning rate", BUDGET),
     # tables
-    Output("runs", "table", ("verdicts", "rows"), _always, "every configuration: D, Delta, intervals, verdicts"),
-    Output("budget", "table", ("budget",), engine_rows, "the budget at each tau, under both rules"),
+    Output("runs", "table", ("verdicts", "rows"), _always, "every configuration: D, Delta, intervals, verdicts",
+           BUDGET),
+    Output("budget", "table", ("budget",), engine_rows, "the budget at each tau, under both rules", BUDGET),
     Output("admission", "table", ("admission", "admission_summary.json"), admission_rows,
-           "the admission record"),
-    Output("time_to_kl", "table", ("time_to_kl",), _always, "steps and time to reach a held-out KL"),
+           "the admission record", ADMISSION),
+    Output("time_to_kl", "table", ("time_to_kl",), _always, "steps and time to reach a held-out KL", INFRA),
     Output("variants", "table", ("verdicts", "rows"), lambda m: m.has(lambda r: r.variant != "none"),
-           "OPD update variants under the same engine"),
-    Output("infra", "table", ("infra",), _always, "measured cost of a step and its parts"),
-    Output("rl", "table", ("rl",), lambda m: m.has(lambda r: r.algorithm != "opd"), "the RL contrast"),
-    Output("noise", "table", ("noise",), lambda m: m.baseline_seeds >= 2, "the instrument's noise per student"),
+           "OPD update variants under the same engine", BUDGET),
+    Output("infra", "table", ("infra",), _always, "measured cost of a step and its parts", INFRA),
+    Output("rl", "table", ("rl",), lambda m: m.has(lambda r: r.algorithm != "opd"), "the RL contrast", RL),
+    Output("noise", "table", ("noise",), lambda m: m.baseline_seeds >= 2, "the instrument's noise per student",
+           INSTRUMENT),
 )
 
 

@@ -2,7 +2,9 @@
 the inputs they were made from (PDF/PNG metadata and a `<name>.inputs.json` sidecar)."""
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -83,8 +85,34 @@ def _fmt(v, digits: int):
     return str(v)
 
 
-def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4, notes: str = "") -> None:
-    """Markdown (with a caption line and notes) and a LaTeX tabular, both atomically."""
+TABLE_CSS = ("body{font-family:system-ui,sans-serif;font-size:13px;margin:12px;color:#222}"
+             "table{border-collapse:collapse}caption{font-weight:600;text-align:left;padding-bottom:6px}"
+             "th,td{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left;white-space:nowrap}"
+             "thead th{border-bottom:2px solid #444;position:sticky;top:0;background:#fff}"
+             "tbody tr:nth-child(even){background:#f6f6f6}p.notes{max-width:60em;color:#444}")
+
+
+def table_html(cells: pd.DataFrame, caption: str, notes: str = "") -> str:
+    """A table (cells already formatted as text) as a self-contained HTML page: what the report shows."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(str(c))}</th>" for c in cells.columns)
+    body = "".join("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in row) + "</tr>\n"
+                   for row in cells.itertuples(index=False))
+    parts = [f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{esc(caption)}</title>',
+             f"<style>{TABLE_CSS}</style></head><body>",
+             f'<table data-rows="{len(cells)}"><caption>{esc(caption)}</caption>',
+             f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody></table>"]
+    if not len(cells):
+        parts.append('<p class="empty">(no rows)</p>')
+    if notes:
+        parts.append(f'<p class="notes">{esc(notes)}</p>')
+    return "".join(parts) + "</body></html>\n"
+
+
+def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4, notes: str = "",
+               html_path=None) -> None:
+    """Markdown (with a caption line and notes), a LaTeX tabular and an HTML page (the report shows it;
+    `html_path`, by default the Markdown file's with .html), all atomically."""
     cells = df.map(lambda v: _fmt(v, digits)) if len(df) else df
     md_text = f"**{caption}**\n\n" + (cells.to_markdown(index=False) if len(df) else "(no rows)") + "\n"
     if notes:
@@ -95,6 +123,68 @@ def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4,
              " & ".join(esc(c) for c in df.columns) + r" \\", r"\midrule"]
     lines += [" & ".join(esc(v) for v in row) + r" \\" for row in cells.itertuples(index=False)]
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    page = table_html(cells, caption, notes)
     store.atomic_write(Path(md), lambda tmp: Path(tmp).write_text(md_text))
     store.atomic_write(Path(tex), lambda tmp: Path(tmp).write_text("\n".join(lines)))
+    store.atomic_write(Path(html_path or Path(md).with_suffix(".html")), lambda tmp: Path(tmp).write_text(page))
     input_sidecar(Path(md), inputs)
+
+
+_INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"), (re.compile(r"\*\*(.+?)\*\*"), r"<strong>\1</strong>"),
+           (re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)"), r'<a href="\2">\1</a>')]
+
+
+def _inline(text: str) -> str:
+    text = html.escape(text)
+    for pattern, repl in _INLINE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def markdown_html(text: str, title: str) -> str:
+    """The Markdown the pipeline writes itself (findings.md: headings, bullet lists whose items may wrap onto
+    indented lines, paragraphs; inline **bold**, `code` and [links](url)) as a self-contained HTML page,
+    every character escaped. Not a general Markdown renderer: other syntax shows as its text."""
+    blocks, item = [], None  # item: the bullet being collected, or a paragraph's lines
+
+    def close():
+        nonlocal item
+        if item is not None:
+            kind, lines = item
+            blocks.append((kind, " ".join(lines)))
+            item = None
+
+    for line in text.splitlines():
+        heading = re.match(r"^(#{1,4})\s+(.*)$", line)
+        if heading:
+            close()
+            blocks.append((f"h{len(heading.group(1))}", heading.group(2)))
+        elif re.match(r"^[-*]\s+", line):
+            close()
+            item = ("li", [re.sub(r"^[-*]\s+", "", line)])
+        elif not line.strip():
+            close()
+        elif item is not None and (item[0] == "p" or line.startswith((" ", "\t"))):
+            item[1].append(line.strip())
+        else:
+            close()
+            item = ("p", [line.strip()])
+    close()
+    body, in_list = [], False
+    for kind, content in blocks:
+        if (kind == "li") != in_list:
+            body.append("<ul>" if kind == "li" else "</ul>")
+            in_list = kind == "li"
+        body.append(f"<{kind}>{_inline(content)}</{kind}>")
+    if in_list:
+        body.append("</ul>")
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{TABLE_CSS}li{{margin:4px 0;max-width:60em}}h1{{font-size:16px}}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def text_html(text: str, title: str) -> str:
+    """Plain text (a configuration file) as a self-contained HTML page, with a title line."""
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{TABLE_CSS}pre{{font-size:12px;line-height:1.35}}</style></head><body>\n"
+            f"<h1 style=\"font-size:15px\">{html.escape(title)}</h1>\n<pre>{html.escape(text)}</pre>\n</body></html>\n")

@@ -159,6 +159,8 @@ def test_table_renders_markdown_and_latex(analysis, tmp_path, o):
     md, tex = Path(out.md).read_text(), Path(out.tex).read_text()
     assert md.startswith("**") and "|" in md
     assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
+    page = Path(out.html).read_text()  # what `snakemake --report` shows: the same rows
+    assert page.count("<tr>") - 1 == sum(ln.startswith("|") for ln in md.splitlines()) - 2
 
 
 def test_every_script_is_in_the_output_table():

@@ -17,3 +17,17 @@ rule findings:
         f"logs/{EXP}/findings.log",
     script:
         "../scripts/findings.py"
+
+
+# The findings as an HTML page for `snakemake --report` (its "Findings" category), from findings.md.
+rule findings_html:
+    input:
+        rules.findings.output.md,
+    output:
+        report(f"{FIG}/findings.html", caption="../report/findings.rst", category=O.FINDINGS),
+    log:
+        f"logs/{EXP}/findings_html.log",
+    params:
+        experiment=EXP,
+    script:
+        "../scripts/findings_html.py"

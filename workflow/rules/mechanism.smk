@@ -11,7 +11,8 @@ PROBE_RUNS = [C.run_id(r.name, PRIMARY, (r.seeds or E["seeds"])[0]) for r in PRO
 PROBES = {"prompts": 128, "responses": 2, "probe_seed": 0, "sample_prefixes": 200,
           "steps": C.eval_steps(E["train"]["steps"], E["train"]["eval_every"])}
 MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
-             + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs") for ext in ("md", "tex")]
+             + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs")
+                for ext in ("md", "tex", "html")]
              if BACKEND == "tiny" else [])
 
 
@@ -50,7 +51,7 @@ rule figure_mechanism:
         rules.probes.output.prefix,
     output:
         pdf=f"{FIG}/mechanism.pdf",
-        png=f"{FIG}/mechanism.png",
+        png=report(f"{FIG}/mechanism.png", caption="../report/figure_mechanism.rst", category=O.MECHANISM),
     log:
         f"logs/{EXP}/figure_mechanism.log",
     params:
@@ -65,6 +66,7 @@ rule table_mechanism:
     output:
         md=f"{FIG}/tables/mechanism.md",
         tex=f"{FIG}/tables/mechanism.tex",
+        html=report(f"{FIG}/tables/mechanism.html", caption="../report/table_mechanism.rst", category=O.MECHANISM),
     log:
         f"logs/{EXP}/table_mechanism.log",
     params:
@@ -79,6 +81,8 @@ rule table_mechanism_runs:
     output:
         md=f"{FIG}/tables/mechanism_runs.md",
         tex=f"{FIG}/tables/mechanism_runs.tex",
+        html=report(f"{FIG}/tables/mechanism_runs.html", caption="../report/table_mechanism_runs.rst",
+                    category=O.MECHANISM),
     log:
         f"logs/{EXP}/table_mechanism_runs.log",
     params:
