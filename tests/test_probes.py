@@ -185,6 +185,21 @@ def test_recreated_weights_are_the_runs(tmp_path, models):
     again, _ = P.recreate(spec, {4})
     assert all(torch.equal(again[4][k], v) for k, v in states[4].items())
     assert trainer.clone_state is not None and trainer.clone_state.__name__ == "clone_state"  # hook removed
+    # saved weights, where a run has them, give the same probes as re-created ones, without re-training
+    torch.save({v: states[v] for v in (0, 3, 4)}, tmp_path / "weights.pt")
+    job = {"prompts": 4, "responses": 1, "probe_seed": 0, "sample_prefixes": 5, "steps": [0, 4]}
+    run = {"spec": str(tmp_path / "stale.json"), "steps": str(run_dir / "steps.parquet")}
+    rows, _, _ = P.probe_run(job, run)
+    saved, _, _ = P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
+    keys = ["T_logit", "S_logit", "U_param", "err_fixed_param", "rl_bias_mean"]
+    assert [[r[k] for k in keys] for r in saved] == [[r[k] for k in keys] for r in rows]
+    moved = {k: v + 0.05 * torch.randn_like(v) for k, v in states[4].items()}  # other weights: other probes
+    torch.save({0: states[0], 3: states[3], 4: moved}, tmp_path / "weights.pt")
+    other, _, _ = P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
+    assert other[1]["U_param"] != rows[1]["U_param"] and other[0]["U_param"] == rows[0]["U_param"]
+    torch.save({v: states[v] for v in (0, 4)}, tmp_path / "weights.pt")  # the engine's version 3 missing
+    with pytest.raises(ValueError, match="lacks policy versions"):
+        P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
 
 
 def load_script(name):

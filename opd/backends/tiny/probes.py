@@ -52,8 +52,9 @@ Choices where the paper is ambiguous (each made in one place):
   - REINFORCE is probed on the OPD runs' weights and engines (same student, same q; R = the task reward);
   - the probed steps are the runs' evaluation steps (0, 25, ..., the last), set by the rule.
 
-End-of-training weights. The toy's runs do not keep weights (checkpoint.pt is deleted when a run
-completes), so `recreate` re-runs a run from its own spec (held-out evaluation off: it draws from its own
+End-of-training weights. A run may name a file of saved weights ({policy version: state dict}, job spec
+"weights"); the toy's runs keep none (checkpoint.pt is deleted when a run completes), so `recreate` re-runs a
+run from its own spec (held-out evaluation off: it draws from its own
 generators and changes nothing in training) and keeps the weights of the probed steps and, for
 staleness k, the engine's weights k steps earlier. Every draw of a run is seeded, so this is the run
 itself as the present code trains it; `steps_match_*` in the output compares the re-created run's d_n and
@@ -356,6 +357,12 @@ def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], flo
     need = set(steps) | set(engine_version.values())
     if steps == [0]:
         states, cmp = {0: M.load(spec["student_path"]).state_dict()}, {}
+    elif run.get("weights"):  # the run saved them: {policy version: state dict}
+        saved = torch.load(run["weights"], map_location="cpu", weights_only=True)
+        missing = need - set(saved)
+        if missing:
+            raise ValueError(f"{run['weights']} lacks policy versions {sorted(missing)}")
+        states, cmp = {v: saved[v] for v in need}, {"steps_match_first_diverged": -1}
     else:
         states, new_steps = recreate(spec, need)
         cmp = compare_steps(new_steps, store.read_table(run["steps"], store.STEPS))
@@ -384,7 +391,8 @@ def _probe_run_star(args):
 
 
 def probes_job(spec: dict, out: Path) -> None:
-    """Probe every run in spec["runs"] ({"spec": its training spec file, "steps": its steps.parquet}) at
+    """Probe every run in spec["runs"] ({"spec": its training spec file, "steps": its steps.parquet, and
+    optionally "weights": a file of its saved weights, else they are re-created}) at
     spec["steps"]; runs in parallel over spec["threads"] processes (one torch thread each). Writes `out`
     (one row per run and step) and `<out stem>_prefix.parquet` (a seeded sample of per-prefix bias and
     bound)."""
