@@ -64,6 +64,8 @@ def save_figure(fig, pdf, png, inputs) -> None:
         store.atomic_write(path, lambda tmp, p=path, m=meta: fig.savefig(tmp, format=p.suffix[1:], metadata=m))
     input_sidecar(Path(png), inputs)
     plt.close(fig)
+    print(f"{Path(png).stem}: figure from {len(hashes)} inputs -> {pdf} ({Path(pdf).stat().st_size / 1e3:.0f} kB), "
+          f"{png} ({Path(png).stat().st_size / 1e3:.0f} kB)", flush=True)  # the job's one-line summary, in its log
 
 
 def rows_frame(path) -> pd.DataFrame:
@@ -128,6 +130,8 @@ def save_table(df: pd.DataFrame, md, tex, inputs, caption: str, digits: int = 4,
     store.atomic_write(Path(tex), lambda tmp: Path(tmp).write_text("\n".join(lines)))
     store.atomic_write(Path(html_path or Path(md).with_suffix(".html")), lambda tmp: Path(tmp).write_text(page))
     input_sidecar(Path(md), inputs)
+    print(f"{Path(md).stem}: table of {len(df)} rows x {len(df.columns)} columns -> {md}, {tex}, "
+          f"{html_path or Path(md).with_suffix('.html')}", flush=True)  # the job's one-line summary, in its log
 
 
 _INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"), (re.compile(r"\*\*(.+?)\*\*"), r"<strong>\1</strong>"),
