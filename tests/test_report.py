@@ -39,8 +39,8 @@ def browser():
     if exe is None:
         if os.environ.get("CI"):
             pytest.fail("no Chromium on a CI machine: .ci/run installs Debian's `chromium`; it must not be skipped")
-        pytest.skip("the report's browser test needs Chromium: `apt-get install -y chromium` (Debian); "
-                    "not installable here, so the page is not checked in a browser")
+        pytest.skip("no Chromium found (chromium, chromium-browser, google-chrome on PATH), so the report is not "
+                    "checked in a browser here: `apt-get install -y chromium` on Debian (.ci/run does)")
     return exe
 
 
