@@ -1,6 +1,6 @@
 """`snakemake --report` for a small experiment, opened in a real browser (headless Chromium, Debian's
 `chromium` package, driven over its DevTools pipe by tests/chromium.py): every result of the report is
-opened through the page's own menu, every figure must load (no broken image, the PNG's own size), every
+opened through the page's own menu, every figure must load (no broken image: the PNG's size and pixels), every
 table must show its rows, every caption must be there. A screenshot of each view is kept in pytest's cache
 folder (.pytest_cache/d/report/; the test prints the path and records it as a property for JUnit XML)."""
 import json
