@@ -222,11 +222,15 @@ def test_job_probes_runs_and_renders_figure_and_tables(tmp_path, models):
                       ("noise-3", {"name": "noise-3", "noise_sigma": 0.3}), ("stale-k2", {"name": "stale-k2", "staleness": 2})):
         spec, run_dir = tiny_run(tmp_path, student, teacher, name, row)
         runs.append({"spec": str(tmp_path / f"{name}.json"), "steps": str(run_dir / "steps.parquet")})
-    job = {"runs": runs, "prompts": 6, "responses": 2, "probe_seed": 0, "sample_prefixes": 30, "steps": [0, 2, 4],
-           "threads": 2}
+    job = {"runs": runs, "prompts": 6, "responses": 2, "probe_seed": 0, "extra_seeds": [1], "sample_prefixes": 30,
+           "steps": [0, 2, 4], "threads": 2}
     out = tmp_path / "analysis" / "probes.parquet"
     P.probes_job(job, out)
-    t = store.read_table(out)
+    everything = store.read_table(out)
+    # the probe seed at every step, the extra seed at the first and the last
+    assert sorted(everything.groupby("probe_seed")["step"].unique().map(sorted).map(tuple)) == [(0, 2, 4), (0, 4)]
+    assert (everything["main"] == (everything["probe_seed"] == 0)).all()
+    t = everything[everything["main"]]
     assert len(t) == 12 and set(t["step"]) == {0, 2, 4}
     k2 = t[t["config"] == "stale-k2"].set_index("step")
     assert k2["engine_version"].to_dict() == {0: 0, 2: 0, 4: 2}

@@ -6,7 +6,6 @@ import numpy as np
 from matplotlib.colors import to_rgb
 
 from opd import report, scripts, store
-from opd import scripts
 
 
 SPACE = {"logit": "logit space", "param": "parameter space"}
@@ -18,6 +17,7 @@ def noise_and_baseline(t, baseline):
 
 def main(inp, out, params):
     t = store.read_table(inp[0])
+    t = t[t["main"]]  # the probe seed's rows (the extra seeds' spread is in the mechanism table)
     pre = store.read_table(inp[1])
     last = int(t["step"].max())
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=5.0, ncols=3, nrows=2)

@@ -4,23 +4,36 @@ REINFORCE's. Every toy number is read from the probes' table (opd/backends/tiny/
 import pandas as pd
 
 from opd import report, scripts, store
-from opd import scripts
 
 LO, HI = 0.15, 0.325  # the paper's two noise levels
 SPACES = (("logit", "toy, logit space"), ("param", "toy, parameter space"))
 
 
-def at(t, sigma, step):
-    g = t[(t["noise_sigma"] == sigma) & (t["step"] == step)]
+def at(t, sigma, step, seed):
+    g = t[(t["noise_sigma"] == sigma) & (t["step"] == step) & (t["probe_seed"] == seed)]
     return g.iloc[0] if len(g) else None
 
 
-def growth(t, term, step, space):
-    a, b = at(t, LO, step), at(t, HI, step)
+def growth_of(t, term, step, space, seed):
+    a, b = at(t, LO, step, seed), at(t, HI, step, seed)
     if a is None or b is None:
-        return "–"
+        return None
     x, y = a[f"{term}_{space}"] / a[f"U_{space}"], b[f"{term}_{space}"] / b[f"U_{space}"]
-    return f"{y / x:.1f}x ({x:.3g} → {y:.3g})"
+    return x, y
+
+
+def growth(t, term, step, space):
+    """The probe seed's growth of term / U from LO to HI, and its range over every probe seed."""
+    main = int(t.loc[t["main"], "probe_seed"].iloc[0])
+    got = growth_of(t, term, step, space, main)
+    if got is None:
+        return "–"
+    x, y = got
+    text = f"{y / x:.1f}x ({x:.3g} → {y:.3g})"
+    others = [g for g in (growth_of(t, term, step, space, s) for s in sorted(t["probe_seed"].unique())) if g]
+    if len(others) > 1:
+        text += f"; {span([b / a for a, b in others], '{:.1f}')}x over {len(others)} probe seeds"
+    return text
 
 
 def span(values, fmt="{:.2f}"):
@@ -36,13 +49,13 @@ def ratio(a, b):
 
 
 def over_training(t, space):
-    """Per noise row: fixed-prefix error and update at the end over step 0, and error/update at both."""
+    """Per noise row and probe seed: fixed-prefix error and update at the end over step 0, and error/update at both."""
     last = int(t["step"].max())
     out = []
-    for sigma, g in t[t["noise_sigma"] > 0].groupby("noise_sigma"):
+    for (sigma, seed), g in t[t["noise_sigma"] > 0].groupby(["noise_sigma", "probe_seed"]):
         s0, s1 = g[g["step"] == 0].iloc[0], g[g["step"] == last].iloc[0]
         e, u = f"err_fixed_{space}", f"upd_fixed_{space}"
-        out.append({"sigma": sigma, "err": s1[e] / s0[e], "upd": s1[u] / s0[u], "r0": s0[e] / s0[u],
+        out.append({"sigma": sigma, "seed": seed, "err": s1[e] / s0[e], "upd": s1[u] / s0[u], "r0": s0[e] / s0[u],
                     "r1": s1[e] / s1[u], "opd_bias": s1["opd_bias_mean"] / s0["opd_bias_mean"],
                     "rl_bias": ratio(s1["rl_bias_mean"], s0["rl_bias_mean"]),
                     "opd_per": ratio(s1["opd_bias_mean"] / s1["delta_l1"], s0["opd_bias_mean"] / s0["delta_l1"]),
@@ -58,28 +71,29 @@ def main(inp, out, params):
         {"quantity": f"S / U from σ = {LO} to {HI}, step {last} (end)", "paper": "5.3x (0.098 → 0.517)"},
         {"quantity": f"T / U from σ = {LO} to {HI}, step 0", "paper": "2.1x (0.198 → 0.417)"},
         {"quantity": f"T / U from σ = {LO} to {HI}, step {last} (end)", "paper": "2.1x (0.198 → 0.417)"},
-        {"quantity": "fixed prefixes: error at the end / at step 0 (noise rows)", "paper": "0.11–0.13x"},
-        {"quantity": "fixed prefixes: update at the end / at step 0 (noise rows)", "paper": "below the error's (shrinks faster)"},
-        {"quantity": "fixed prefixes: error / update at step 0 (noise rows)", "paper": "0.93"},
-        {"quantity": "fixed prefixes: error / update at the end (noise rows)", "paper": "1.88"},
-        {"quantity": "OPD bias (mean per prefix) at the end / at step 0 (noise rows)", "paper": "vanishes as A → 0"},
-        {"quantity": "REINFORCE bias R δ at the end / at step 0 (noise rows)", "paper": "does not vanish"},
+        {"quantity": "fixed prefixes: error at the end / at step 0 (noise rows × probe seeds)", "paper": "0.11–0.13x"},
+        {"quantity": "fixed prefixes: update at the end / at step 0 (noise rows × probe seeds)", "paper": "below the error's (shrinks faster)"},
+        {"quantity": "fixed prefixes: error / update at step 0 (noise rows × probe seeds)", "paper": "0.93"},
+        {"quantity": "fixed prefixes: error / update at the end (noise rows × probe seeds)", "paper": "1.88"},
+        {"quantity": "OPD bias (mean per prefix) at the end / at step 0 (noise rows × probe seeds)", "paper": "vanishes as A → 0"},
+        {"quantity": "REINFORCE bias R δ at the end / at step 0 (noise rows × probe seeds)", "paper": "does not vanish"},
         {"quantity": "OPD bias per unit of mismatch (mean ‖g‖₂ / mean ‖δ‖₁), end / step 0", "paper": "vanishes as A → 0"},
         {"quantity": "REINFORCE bias per unit of mismatch, end / step 0", "paper": "does not vanish"},
         {"quantity": "max over prefixes of ‖g_bias‖₁ / (2 ‖δ‖₁ ‖A‖∞), OPD and REINFORCE", "paper": "≤ 1 (a bound)"},
     ]
-    n_prefixes = int(t["n_prefixes_q"].sum())
+    n_prefixes = int(t["n_prefixes_q"].sum()) + int(t["n_prefixes_fixed"].sum())
     for space, col in SPACES:
         ot = over_training(t, space)
         vals = [growth(t, "S", 0, space), growth(t, "S", last, space), growth(t, "T", 0, space),
                 growth(t, "T", last, space), span(ot["err"]) + "x", span(ot["upd"]) + "x", span(ot["r0"]),
                 span(ot["r1"]), span(ot["opd_bias"]) + "x", span(ot["rl_bias"]) + "x", span(ot["opd_per"]) + "x",
                 span(ot["rl_per"]) + "x",
-                f"{t[['opd_bias_bound_max_l1', 'rl_bias_bound_max_l1']].max().max():.2f} ({n_prefixes} prefixes)"]
+                f"{t[['opd_bias_bound_max_l1', 'rl_bias_bound_max_l1']].max().max():.2f} (checked on {n_prefixes} prefixes)"]
         if space == "param":  # the last five do not depend on the space
             vals[-5:] = ["– (per prefix)"] * 5
         for r, v in zip(rows, vals):
             r[col] = v
+    n_seeds = t["probe_seed"].nunique()
     sigmas = ", ".join(f"{s:g}" for s in sorted(t.loc[t["noise_sigma"] > 0, "noise_sigma"].unique()))
     report.save_table(pd.DataFrame(rows), out.md, out.tex, inp,
                       caption="The mechanism: the toy's gradient probes beside the paper's numbers",
@@ -87,7 +101,9 @@ def main(inp, out, params):
                       f"(opd/backends/tiny/probes.py). T: per-token error, S: prefix shift, U: the ideal update, all "
                       "norms of means over prefixes (exact sums over the vocabulary); the paper's T and S are read as "
                       "relative to the ideal update, and the paper does not say at which step it measured them. "
-                      f"Ranges are over the noise rows (σ = {sigmas}). Per row and step: the mechanism_runs table.")
+                      f"Ranges are over the noise rows (σ = {sigmas}) and the probe seeds ({n_seeds}: other prompts and draws, "
+                      "at the first and last step): the probes sample prefixes, so T and S are estimates. "
+                      "Per row and step: the mechanism_runs table.")
 
 
 if "snakemake" in globals():

@@ -2,11 +2,11 @@
 ideal update in logit and parameter space, the error/update ratio on fixed prefixes, OPD's and
 REINFORCE's mean bias, and whether the re-created run repeats the recorded one."""
 from opd import report, scripts, store
-from opd import scripts
 
 
 def main(inp, out, params):
-    t = store.read_table(inp[0]).sort_values(["staleness", "noise_sigma", "step"])
+    t = store.read_table(inp[0])
+    t = t[t["main"]].sort_values(["staleness", "noise_sigma", "step"])
     d = t.assign(**{
         "σ": t["noise_sigma"].map(lambda v: f"{v:g}"), "k": t["staleness"], "engine v.": t["engine_version"], "d (nats/tok)": t["d"],
         "KL(p‖p_T)": t["kl_pt"],

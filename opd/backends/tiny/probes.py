@@ -50,7 +50,9 @@ Choices where the paper is ambiguous (each made in one place):
     fed the prefix's tokens: on its own rollouts exactly the numbers it sampled from: `engine_logq`;
   - fixed prefixes are the trainer's own prefixes at step 0: `probe_run`;
   - REINFORCE is probed on the OPD runs' weights and engines (same student, same q; R = the task reward);
-  - the probed steps are the runs' evaluation steps (0, 25, ..., the last), set by the rule.
+  - the probed steps are the runs' evaluation steps (0, 25, ..., the last), set by the rule; the sampled
+    prefixes make T and S estimates, so the first and last steps are probed again with other probe seeds
+    (other prompts and draws) to show their spread.
 
 End-of-training weights. A run may name a file of saved weights ({policy version: state dict}, job spec
 "weights"); the toy's runs keep none (checkpoint.pt is deleted when a run completes), so `recreate` re-runs a
@@ -370,19 +372,24 @@ def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], flo
     student0 = M.load(spec["student_path"])
     teacher = M.load(spec["teacher_path"]).eval()
     train, _ = make_task(spec["settings"].get("task_seed", 0))
-    idx = np.repeat(np.random.default_rng([job["probe_seed"], PROBE_STREAM]).choice(
-        len(train), job["prompts"], replace=False), job["responses"])
-    probe = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=job["probe_seed"], prompts=train.prompts(idx),
-                  idx=idx, sample_prefixes=job.get("sample_prefixes", 200))
-    fixed = fixed_prefixes(student0, probe.prompts, probe.probe_seed)
     rows, samples = [], []
     ids = {"config": row.name, "student": spec["student"], "seed": spec["seed"], "noise_sigma": row.noise_sigma,
            "staleness": k}
-    for s in steps:
-        out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
-        rows.append({**ids, "step": s, "engine_version": engine_version[s], **out, **cmp,
-                     "recreate_s": t_recreate, "recreate_cpu_s": c_recreate})
-        samples.append(pre.assign(**ids, step=s))
+    # the probe seed at every step; the extra seeds (other prompts and draws: the probes' own sampling
+    # spread) at the first and the last step only
+    for ps in [job["probe_seed"], *job.get("extra_seeds", [])]:
+        main = ps == job["probe_seed"]
+        idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), job["prompts"], replace=False),
+                        job["responses"])
+        probe = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=ps, prompts=train.prompts(idx),
+                      idx=idx, sample_prefixes=job.get("sample_prefixes", 200))
+        fixed = fixed_prefixes(student0, probe.prompts, probe.probe_seed)
+        for s in (steps if main else sorted({steps[0], steps[-1]})):
+            out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
+            rows.append({**ids, "step": s, "engine_version": engine_version[s], "probe_seed": ps, "main": main, **out,
+                         **cmp, "recreate_s": t_recreate, "recreate_cpu_s": c_recreate})
+            if main:
+                samples.append(pre.assign(**ids, step=s))
     return rows, samples, (time.perf_counter() - t0, time.process_time() - c0)
 
 
@@ -393,9 +400,10 @@ def _probe_run_star(args):
 def probes_job(spec: dict, out: Path) -> None:
     """Probe every run in spec["runs"] ({"spec": its training spec file, "steps": its steps.parquet, and
     optionally "weights": a file of its saved weights, else they are re-created}) at
-    spec["steps"]; runs in parallel over spec["threads"] processes (one torch thread each). Writes `out`
-    (one row per run and step) and `<out stem>_prefix.parquet` (a seeded sample of per-prefix bias and
-    bound)."""
+    spec["steps"] with spec["probe_seed"], and at the first and last of them with each of
+    spec["extra_seeds"] (column `main`: the probe seed's rows); runs in parallel over spec["threads"]
+    processes (one torch thread each). Writes `out` (one row per run, step and probe seed) and
+    `<out stem>_prefix.parquet` (a seeded sample of per-prefix bias and bound, probe seed only)."""
     t0 = time.perf_counter()
     workers = max(1, min(int(spec.get("threads", 1)), len(spec["runs"])))
     tasks = [(spec, r) for r in spec["runs"]]
