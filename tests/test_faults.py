@@ -17,6 +17,9 @@ from conftest import edit_config, snakemake
 from opd import store
 
 TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
+# analysis columns computed from those times (the rest of each file is compared)
+FROM_TIMING = {"infra.parquet": ["median_step_s", "tokens/s", "ratio", "rollout wait %", "MFU % (est.)"],
+               "time_to_kl.parquet": ["s to final", "s to 90%", "speed-up to final", "speed-up to 90%"]}
 
 
 def small_toy(c):
@@ -25,6 +28,7 @@ def small_toy(c):
     e = c["experiments"]["toy"]
     e["students"] = {"qwen-s": e["students"]["qwen-s"]}
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
+    e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
     e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
                  for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
 
@@ -46,7 +50,7 @@ def analysis_content(clone) -> dict:
     out = {}
     for p in sorted((clone / "results" / "toy" / "analysis").glob("*.parquet")):
         df = store.read_table(p)
-        out[p.name] = df.drop(columns=[c for c in TIMING if c in df.columns])
+        out[p.name] = df.drop(columns=[c for c in TIMING + FROM_TIMING.get(p.name, []) if c in df.columns])
     return out
 
 
@@ -128,7 +132,8 @@ def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resume
     t.start()
     r = snakemake(clone, "-c", "1", target, check=False)
     t.join()
-    out = r.stdout + r.stderr
+    log = clone / "logs" / "toy" / "train" / "bf16.qwen-s.s0.log"  # where the train rule sends the job's output
+    out = r.stdout + r.stderr + (log.read_text() if log.exists() else "")
     assert r.returncode != 0
     assert f"disk full: no space left on the filesystem mounted at {runs}" in out
     assert f"while writing results/toy/runs/bf16.qwen-s.s0/checkpoint.pt" in out
