@@ -43,11 +43,13 @@ def main(argv=None) -> int:
     c.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     c.add_argument("--hash", action="store_true", help="hash every file, also those whose size and mtime "
                    "are unchanged since this checkout last hashed them (bit rot)")
+    c.add_argument("--record-legacy", action="store_true", help="write sizes and sha256 into the run.json of "
+                   "complete runs that have none (written before hashes were recorded), after the full check")
     args = p.parse_args(argv)
 
     from opd import store
     if args.job == "check-runs":
-        return check_runs(args.experiment, args.config, args.hash)
+        return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
     try:
         return run(p, args)
     except store.DiskFull as e:  # the message says which file, which filesystem and what to do
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
         return 1
 
 
-def check_runs(experiment, config_path, hash_all) -> int:
+def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     """Paths are relative to the current folder (the repository root), as Snakemake's are."""
     from opd import config as C
     from opd import store
@@ -66,6 +68,9 @@ def check_runs(experiment, config_path, hash_all) -> int:
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
           + (f"{len(damaged)} damaged, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
              if damaged else "no damaged run"))
+    if record_legacy:
+        recorded = store.record_legacy(f"results/{exp}", runs)
+        print(f"hashes written into the run.json of {len(recorded)} run(s) that had none")
     return 1 if damaged else 0
 
 

@@ -327,6 +327,26 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None) -> dic
     return damaged
 
 
+def record_legacy(out_dir, run_ids) -> list[str]:
+    """Write `files` (sizes and sha256) into each complete run.json of run_ids that has none (written before
+    hashes were recorded), once each of its files reads in full against the Parquet contract; returns the
+    runs recorded. Committed, the hashes protect those runs in every clone from the first check on."""
+    recorded = []
+    for run_id in run_ids:
+        d = Path(out_dir) / "runs" / run_id
+        try:
+            meta = read_json(d / "run.json")
+        except (OSError, ValueError):
+            continue
+        if meta.get("status") != "complete" or "files" in meta:
+            continue
+        if any(not (d / n).exists() or parquet_problem(d / n) for n in RUN_FILES):
+            continue  # heal_runs moves such a run aside
+        write_json({**meta, "files": file_records(d)}, d / "run.json")
+        recorded.append(run_id)
+    return recorded
+
+
 def quarantine_log(out_dir) -> Path:
     """Every quarantine of the experiment, newest last. Its mtime is that of the last one: the analysis
     takes it as an input, so a quarantine reruns the analysis, and with it the runs that went missing

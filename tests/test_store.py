@@ -156,3 +156,15 @@ def test_a_full_disk_names_the_file_and_the_filesystem_and_leaves_nothing(tmp_pa
     assert not list(tmp_path.iterdir())
     with pytest.raises(RuntimeError, match="killed"):  # other failures stay what they are
         store.atomic_write(tmp_path / "x.json", lambda tmp: (_ for _ in ()).throw(RuntimeError("killed")))
+
+
+def test_hashes_can_be_recorded_once_into_a_run_json_without_them(tmp_path):
+    d = complete_run(tmp_path / "runs", hashes=False)
+    t = complete_run(tmp_path / "runs", "t.s.s0", hashes=False)
+    (t / "heldout.parquet").write_bytes(b"PAR1 not really PAR1")
+    h = complete_run(tmp_path / "runs", "h.s.s0")
+    before = (h / "run.json").read_bytes()
+    assert store.record_legacy(tmp_path, ["a.s.s0", "t.s.s0", "h.s.s0", "none.s.s0"]) == ["a.s.s0"]
+    assert store.read_json(d / "run.json") == {"run_id": "a.s.s0", "status": "complete",
+                                               "files": store.file_records(d)}
+    assert "files" not in store.read_json(t / "run.json") and (h / "run.json").read_bytes() == before
