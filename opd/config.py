@@ -159,7 +159,7 @@ def cross_field_errors(cfg: dict) -> list[str]:
                     if missing:
                         errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
                                       f"{sorted(missing)}, so there is nothing to compare with")
-            if r.bf16_layers and r.weights == "none" and r.kv_cache == "none":
+            if r.bf16_layers and r.weights == r.activations == r.kv_cache == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})
         verl_only = [k for k in VERL_TRAIN_KEYS if k in t]

@@ -68,23 +68,40 @@ def nvfp4(w: torch.Tensor) -> torch.Tensor:
     return q.reshape(x.shape[0], -1)[:, : shape[-1]].reshape(shape).to(w.dtype)
 
 
+def fp8_static(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    """FP8 E4M3 with one static scale per tensor, scale = amax / 448, where amax was calibrated once
+    (Model Optimizer's W8A8 recipe): values beyond the calibrated range saturate."""
+    scale = (amax.float() / FP8_MAX["e4m3"]).clamp_min(1e-12)
+    return (cast_fp8(x.float() / scale) * scale).to(x.dtype)
+
+
+def fp8_per_token(x: torch.Tensor) -> torch.Tensor:
+    """FP8 E4M3 with one dynamic scale per token (per row of the last dimension), scale = amax / 448
+    (vLLM's dynamic per-token activation quantization)."""
+    scale = (x.float().abs().amax(-1, keepdim=True) / FP8_MAX["e4m3"]).clamp_min(1e-12)
+    return (cast_fp8(x.float() / scale) * scale).to(x.dtype)
+
+
 # ---------------------------------------------------------------- the recipe registry
 
 @dataclass(frozen=True)
 class Recipe:
     """One engine numerics recipe a row can name. `apply` maps a tensor to the values the engine computes
-    with (weights); `fmt` is the FP8 format a KV cache stores; `vllm` holds the vLLM engine arguments that
-    run the recipe natively on the verl backend (empty: verl's weight-sync hook, opd.backends.verl.hook,
-    applies `apply` to the synced weights instead). The tiny engine runs every recipe."""
+    with (weights; activations, the input of every linear layer of the quantized layers, where a
+    `calibrated` recipe takes the amax calibrated once as a second argument); `fmt` is the FP8 format a KV
+    cache stores; `vllm` holds the vLLM engine arguments that run the recipe natively on the verl backend
+    (empty: verl's weight-sync hook, opd.backends.verl.hook, applies `apply` to the synced weights
+    instead, which it can for weights only). The tiny engine runs every recipe."""
     name: str
-    kind: str  # a row field: "weights" or "kv_cache"
+    kind: str  # a row field: "weights", "activations" or "kv_cache"
     about: str
-    apply: Callable[[torch.Tensor], torch.Tensor] | None = None
+    apply: Callable[..., torch.Tensor] | None = None
     fmt: str | None = None
     vllm: dict = field(default_factory=dict)
+    calibrated: bool = False
 
 
-RECIPES: dict[str, dict[str, Recipe]] = {"weights": {}, "kv_cache": {}}
+RECIPES: dict[str, dict[str, Recipe]] = {"weights": {}, "activations": {}, "kv_cache": {}}
 
 
 def register(r: Recipe) -> Recipe:
@@ -97,6 +114,13 @@ for _r in (
     Recipe("fp8_tensor", "weights", "FP8 E4M3, one scale per tensor (NVIDIA Model Optimizer)", apply=fp8_per_tensor),
     Recipe("fp8_block", "weights", "FP8 E4M3, one scale per 128x128 tile (DeepSeek-V3)", apply=fp8_block),
     Recipe("nvfp4", "weights", "NVFP4: E2M1 in 16-element blocks with E4M3 block scales", apply=nvfp4),
+    Recipe("none", "activations", "linear-layer inputs in the engine dtype"),
+    Recipe("fp8_static", "activations", "FP8 E4M3, one static scale per tensor calibrated once (Model Optimizer W8A8)",
+           apply=fp8_static, calibrated=True),
+    Recipe("fp8_token", "activations", "FP8 E4M3, one dynamic scale per token (vLLM's dynamic FP8)",
+           apply=fp8_per_token),
+    Recipe("nvfp4", "activations", "NVFP4: E2M1 in 16-element blocks, dynamic E4M3 block scales (W4A4)",
+           apply=nvfp4),
     Recipe("none", "kv_cache", "keys and values stored in the engine dtype"),
     Recipe("fp8_e4m3", "kv_cache", "keys and values stored as FP8 E4M3, scale 1.0", fmt="e4m3",
            vllm={"kv_cache_dtype": "fp8_e4m3"}),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 # that editing them never reruns existing runs.
 PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 # What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
-ENGINE_FIELDS = ("weights", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
+ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
 
 
 def _unset(v) -> bool:
@@ -25,6 +25,7 @@ def _unset(v) -> bool:
 class Row:
     name: str
     weights: str = "none"  # a weight recipe of opd.quant.RECIPES
+    activations: str = "none"  # an activation recipe: the inputs of the quantized layers' linear layers
     kv_cache: str = "none"  # a KV-cache recipe of opd.quant.RECIPES
     bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
     staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
@@ -92,7 +93,7 @@ class Row:
     @property
     def has_standard_numerics(self) -> bool:
         """The standard engine's numerics (no recipe, no noise), whatever the staleness."""
-        return self.weights == "none" and self.kv_cache == "none" and self.noise_sigma == 0
+        return self.weights == "none" and self.activations == "none" and self.kv_cache == "none" and self.noise_sigma == 0
 
     @property
     def is_standard_engine(self) -> bool:
@@ -106,7 +107,8 @@ class Row:
             return "baseline"
         if self.algorithm != "opd":
             return "rl"
-        kinds = [k for k, on in (("weights", self.weights != "none"), ("kv_cache", self.kv_cache != "none"),
+        kinds = [k for k, on in (("weights", self.weights != "none" or self.activations != "none"),
+                                 ("kv_cache", self.kv_cache != "none"),
                                  ("staleness", self.staleness > 0), ("noise", self.noise_sigma > 0)) if on]
         if not kinds:  # the standard engine under other training settings (an ablation's reference)
             return "baseline"
@@ -124,6 +126,6 @@ def _plain(v):
 ROW_DEFAULTS = {f.name: _plain(f.default) for f in fields(Row)
                 if f.name not in ("name", "given", "students", "seeds", "description")}
 # How a value read back from Parquet is restored (None: as it is; lists become tuples).
-FIELD_TYPES = {"name": str, "weights": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
+FIELD_TYPES = {"name": str, "weights": str, "activations": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
                "noise_sigma": float, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
                "lr": float, "reference": str, "students": None, "seeds": None, "description": str}

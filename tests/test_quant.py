@@ -87,9 +87,55 @@ def test_engine_weights_skip_layers_kept_bf16_and_non_projection_tensors():
 def test_the_schema_names_exactly_the_registered_recipes():
     """Adding a recipe is its registry entry (and its test): the config schema offers what opd.quant registers."""
     rows = yaml.safe_load(C.SCHEMA.read_text())["$defs"]["row"]["properties"]
-    for kind in ("weights", "kv_cache"):
+    for kind in ("weights", "activations", "kv_cache"):
         assert set(rows[kind]["enum"]) == set(quant.RECIPES[kind]), kind
     assert all(r.apply is not None for n, r in quant.RECIPES["weights"].items() if n != "none")
     assert all(r.fmt in quant.FP8_FORMATS for n, r in quant.RECIPES["kv_cache"].items() if n != "none")
     with pytest.raises(ValueError, match="unknown weights recipe 'int3'"):
         quant.quantize_weight(torch.ones(2, 2), "int3")
+
+
+def test_fp8_per_token_scales_each_token_by_its_own_amax():
+    x = torch.randn(6, 40) * torch.logspace(-3, 2, 6)[:, None]  # tokens of very different magnitude
+    q = quant.fp8_per_token(x)
+    for row, qrow in zip(x, q):
+        s = row.abs().max() / 448
+        assert torch.equal(qrow, (row / s).to(E4M3).to(torch.float32) * s)
+
+
+def test_fp8_static_uses_the_calibrated_amax_and_saturates_beyond_it():
+    x = torch.linspace(-3, 3, 101)
+    q = quant.fp8_static(x, torch.tensor(2.0))
+    s = 2.0 / 448
+    inside = x.abs() <= 2
+    assert torch.equal(q[inside], (x[inside] / s).to(E4M3).to(torch.float32) * s)
+    assert torch.allclose(q[~inside].abs(), torch.tensor(2.0))  # clipped at the calibrated range
+
+
+def test_activation_recipes_quantize_the_linear_inputs_of_layers_not_kept_bf16():
+    from opd.backends.tiny.engine import Engine, Numerics
+    from opd.backends.tiny.model import Decoder, ModelConfig
+
+    cfg = ModelConfig(vocab_size=18, n_layers=2, d_ff=64)
+    torch.manual_seed(0)
+    state = Decoder(cfg).state_dict()
+    ids = torch.randint(3, 18, (4, 12))
+    calib = lambda: torch.randint(3, 18, (8, 12))  # noqa: E731
+
+    def logits(**numerics):
+        e = Engine(cfg, Numerics(**numerics), calibration=calib)
+        e.load(state)
+        with torch.no_grad():
+            return e, e.model(ids)
+
+    _, plain = logits()
+    for act in ("fp8_token", "nvfp4", "fp8_static"):
+        _, all_layers = logits(activations=act)
+        _, kept = logits(activations=act, bf16_layers=(0, 1))
+        assert torch.equal(kept, plain), act  # every layer kept BF16: nothing quantized
+        assert not torch.equal(all_layers, plain), act
+    e, _ = logits(activations="fp8_static", bf16_layers=(0,))
+    assert e.activations.amax and all(".layers.1." in n for n in e.activations.amax)  # layer 1's linears only
+    before = dict(e.activations.amax)
+    e.load({k: 2 * v for k, v in state.items()}, version=1)  # a later weight sync keeps the static scales
+    assert all(torch.equal(before[n], e.activations.amax[n]) for n in before)

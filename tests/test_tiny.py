@@ -170,3 +170,15 @@ def test_rl_and_update_variants_train(base, tmp_path, algorithm, variant):
     st = store.read_table(tmp_path / "steps.parquet")
     assert len(st) == 3 and np.isfinite(st["loss"]).all()
     assert (st["teacher_s"] == 0).all() == (algorithm != "opd")
+
+
+def test_activation_recipes_train_with_calibration_disjoint_from_the_task(base, tmp_path):
+    from opd.backends.tiny.task import calibration_problems
+    train, held = make_task(0)
+    calib = calibration_problems(0)
+    assert len(calib) == 128 and not set(calib.operands) & (set(train.operands) | set(held.operands))
+    d = {}
+    for act in ("none", "fp8_static", "nvfp4"):
+        train_run(spec(base, {"name": "r", "activations": act}, steps=3, eval_every=0), tmp_path / act)
+        d[act] = store.read_table(tmp_path / act / "steps.parquet")["d_n"].mean()
+    assert d["nvfp4"] > d["fp8_static"] > d["none"] - 1e-3 and d["nvfp4"] > d["none"]  # W4A4 far from BF16

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, recipe, resolve_layers
+from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, layer_index, recipe, resolve_layers
 from opd.rows import Row
 
 from .model import Decoder, ModelConfig
@@ -21,6 +22,7 @@ class Numerics:
     """One row's engine numerics. The trainer computes in fp32; the standard engine in BF16."""
     dtype: torch.dtype = torch.bfloat16
     weights: str = "none"
+    activations: str = "none"
     kv_cache: str = "none"
     bf16_layers: tuple = ()
     noise_sigma: float = 0.0
@@ -28,8 +30,46 @@ class Numerics:
 
     @classmethod
     def of_row(cls, row: Row, seed: int = 0) -> "Numerics":
-        return cls(weights=row.weights, kv_cache=row.kv_cache, bf16_layers=row.bf16_layers,
+        return cls(weights=row.weights, activations=row.activations, kv_cache=row.kv_cache, bf16_layers=row.bf16_layers,
                    noise_sigma=row.noise_sigma, noise_seed=seed)
+
+
+class ActivationQuant:
+    """The row's activation recipe on the input of every linear layer of the decoder layers not kept in
+    BF16 (forward pre-hooks on the engine's own model; the lm_head and layers kept BF16 see BF16
+    inputs). A calibrated recipe (static scales) first records each input's amax over a calibration
+    batch, once, with the weights of its first load, and keeps those scales at every later weight sync,
+    as a checkpoint's static input scales stay fixed while RL syncs new weights."""
+
+    def __init__(self, model: Decoder, numerics: "Numerics", calibration: Callable[[], torch.Tensor] | None):
+        self.recipe = recipe("activations", numerics.activations)
+        keep = resolve_layers(numerics.bf16_layers, model.cfg.n_layers)
+        self.amax: dict[str, torch.Tensor] = {}
+        self.calibration, self.calibrating = calibration, False
+        if self.recipe.calibrated and calibration is None:
+            raise ValueError(f"activation recipe {self.recipe.name!r} needs calibration sequences")
+        for name, m in model.named_modules():
+            if isinstance(m, torch.nn.Linear) and layer_index(name) is not None and layer_index(name) not in keep:
+                m.register_forward_pre_hook(self._hook(name))
+
+    def _hook(self, name):
+        def quantize_input(module, args):
+            x = args[0]
+            if self.calibrating:
+                a = x.detach().abs().amax().float()
+                self.amax[name] = torch.maximum(self.amax[name], a) if name in self.amax else a
+                return None
+            return (self.recipe.apply(x, self.amax[name]) if self.recipe.calibrated else self.recipe.apply(x),)
+        return quantize_input
+
+    @torch.no_grad()
+    def calibrate(self, model: Decoder) -> None:
+        if self.recipe.calibrated and not self.amax:
+            self.calibrating = True
+            try:
+                model(self.calibration())
+            finally:
+                self.calibrating = False
 
 
 class KVCache:
@@ -80,9 +120,14 @@ class Rollout:
 
 
 class Engine:
-    def __init__(self, cfg: ModelConfig, numerics: Numerics = Numerics(), kv_budget_bytes: int | None = None):
+    def __init__(self, cfg: ModelConfig, numerics: Numerics = Numerics(), kv_budget_bytes: int | None = None,
+                 calibration: Callable[[], torch.Tensor] | None = None):
+        """`calibration`: returns the token sequences (B, T) to calibrate static activation scales on
+        (called only by a calibrated activation recipe; see task.calibration_batch)."""
         self.cfg, self.numerics, self.kv_budget_bytes = cfg, numerics, kv_budget_bytes
         self.model = Decoder(cfg).to(numerics.dtype).eval()
+        self.activations = (ActivationQuant(self.model, numerics, calibration)
+                            if numerics.activations != "none" else None)
         self.version = None
         self.waves = 0  # batches split because the KV cache budget could not hold them (additive)
 
@@ -93,6 +138,8 @@ class Engine:
         w = engine_weights(state, weights=n.weights, noise_sigma=n.noise_sigma, noise_seed=n.noise_seed,
                            bf16_layers=n.bf16_layers, n_layers=self.cfg.n_layers)
         self.model.load_state_dict({k: v.to(n.dtype) for k, v in w.items()})
+        if self.activations:
+            self.activations.calibrate(self.model)
         self.version = version
         return time.perf_counter() - t
 

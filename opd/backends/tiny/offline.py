@@ -41,7 +41,8 @@ def admission_job(spec: dict, out: Path) -> None:
     student = M.load(spec["student_path"])
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     t = time.perf_counter()
-    d_hat = offline_mismatch(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts, spec["seed"])
+    d_hat = offline_mismatch(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts, spec["seed"],
+                             spec["task_seed"])
     store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
                                      "n_sequences": len(prompts), "seconds": time.perf_counter() - t}]), out)
 

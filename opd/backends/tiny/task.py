@@ -107,6 +107,26 @@ def make_task(seed: int = 0, n_train_per_tier: int = 5000, n_heldout_per_tier: i
     return Problems(tuple(train)), Problems(tuple(heldout))
 
 
+def calibration_problems(seed: int = 0, n: int = 128) -> Problems:
+    """Problems for calibrating static activation scales (Model Optimizer's recipe calibrates once on a
+    separate dataset): drawn from the two longest tiers, none in task `seed`'s training or held-out set."""
+    train, heldout = make_task(seed)
+    seen = set(train.operands) | set(heldout.operands)
+    rng = np.random.default_rng([seed, 2])
+    out: list[tuple[int, ...]] = []
+    while len(out) < n:
+        o = tuple(int(v) for v in rng.integers(0, 10, size=TIERS[-2 + len(out) % 2] + 1))
+        if o not in seen and o not in out:
+            out.append(o)
+    return Problems(tuple(out))
+
+
+def calibration_batch(seed: int = 0, n: int = 128) -> torch.Tensor:
+    """Calibration sequences (n, PROMPT_LEN + RESPONSE_LEN): calibration_problems' prompts and solutions."""
+    p = calibration_problems(seed, n)
+    return torch.cat([p.prompts(), p.solutions()], dim=1)
+
+
 def save_hf_tokenizer(path: Path) -> None:
     """Write the character-level vocabulary as a Hugging Face fast tokenizer (tokenizer.json + config).
 

@@ -23,7 +23,7 @@ from opd.rows import Row
 
 from . import model as M
 from .engine import Engine, Numerics, Rollout, token_logprobs
-from .task import Problems, make_task
+from .task import Problems, calibration_batch, make_task
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,8 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
             student.train()
 
     cond = threading.Condition()
-    worker = RolloutWorker(Engine(student.cfg, Numerics.of_row(row, seed)), versions, cond, train, s, seed, k, start)
+    engine = Engine(student.cfg, Numerics.of_row(row, seed), calibration=lambda: calibration_batch(s.task_seed))
+    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start)
     worker.start()
     wait_total = 0.0
     try:
@@ -286,10 +287,11 @@ def write_outputs(spec: dict, steps_rows: list[dict], heldout_rows: list[dict], 
 # ---------------------------------------------------------------- offline admission check
 
 @torch.no_grad()
-def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int) -> float:
+def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,
+                     task_seed: int = 0) -> float:
     """D_hat: the candidate engine generates; the standard BF16 engine's numerics rescore the same tokens
     with the same weights; mean per-token log-ratio (the d_n formula with the standard engine as p)."""
-    cand = Engine(student.cfg, numerics)
+    cand = Engine(student.cfg, numerics, calibration=lambda: calibration_batch(task_seed))
     cand.load(student.state_dict())
     roll = cand.generate(prompts, step_generator(seed, 0, 3))
     ref = Engine(student.cfg, Numerics())

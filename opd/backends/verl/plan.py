@@ -75,6 +75,10 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"variant: {r.variant} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
                    f"the k1 loss (trainer/distillation/losses.py:268-286) and its policy loss must be 'vanilla' "
                    f"(workers/config/distillation.py:106-110), so there is no place for a score baseline or offset")
+    if r.activations != "none":
+        out.append(f"activations: {r.activations!r} is not mapped to vLLM yet: vLLM quantizes activations only in its "
+                   f"own quantized kernels (a quantized checkpoint or `quantization=`), and the weight-sync hook "
+                   f"changes weights only; use the tiny backend for activation recipes")
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
