@@ -40,8 +40,8 @@ def span(values, fmt="{:.2f}"):
     v = pd.Series(values).dropna()
     if v.empty:
         return "–"
-    lo, hi = v.min(), v.max()
-    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def ratio(a, b):
@@ -77,8 +77,10 @@ def main(inp, out, params):
         {"quantity": "fixed prefixes: error / update at the end (noise rows × probe seeds)", "paper": "1.88"},
         {"quantity": "OPD bias (mean per prefix) at the end / at step 0 (noise rows × probe seeds)", "paper": "vanishes as A → 0"},
         {"quantity": "REINFORCE bias R δ at the end / at step 0 (noise rows × probe seeds)", "paper": "does not vanish"},
-        {"quantity": "OPD bias per unit of mismatch (mean ‖g‖₂ / mean ‖δ‖₁), end / step 0", "paper": "vanishes as A → 0"},
-        {"quantity": "REINFORCE bias per unit of mismatch, end / step 0", "paper": "does not vanish"},
+        {"quantity": "OPD bias per unit of mismatch (mean ‖g‖₂ / mean ‖δ‖₁), end / step 0 (noise rows × probe seeds)",
+         "paper": "vanishes as A → 0"},
+        {"quantity": "REINFORCE bias per unit of mismatch, end / step 0 (noise rows × probe seeds)",
+         "paper": "does not vanish"},
         {"quantity": "max over prefixes of ‖g_bias‖₁ / (2 ‖δ‖₁ ‖A‖∞), OPD and REINFORCE", "paper": "≤ 1 (a bound)"},
     ]
     n_prefixes = int(t["n_prefixes_q"].sum()) + int(t["n_prefixes_fixed"].sum())
