@@ -8,7 +8,5 @@ rule base_models:
         student=f"{MODELS}/{{student}}/student.pt",
         teacher=f"{MODELS}/{{student}}/teacher.pt",
         meta=f"{MODELS}/{{student}}/base.json",
-    log:
-        f"logs/{EXP}/base_models/{{student}}.log",
     shell:
-        "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student} > {log} 2>&1"
+        "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student}"

@@ -19,10 +19,8 @@ rule admission:
                                         **{k: v for k, v in E["admission"].items() if k in ("prompts", "responses", "seed")})),
     output:
         f"{OUT}/admission/{{row}}.{{student}}.parquet",
-    log:
-        f"logs/{EXP}/admission/{{row}}.{{student}}.log",
     shell:
-        "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
+        "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule kv_attribution:
@@ -31,10 +29,8 @@ rule kv_attribution:
                                         responses=4, seed=E["admission"].get("seed", 0))),
     output:
         f"{ANALYSIS}/kv_attribution.parquet",
-    log:
-        f"logs/{EXP}/kv_attribution.log",
     shell:
-        "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
+        "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule throughput:
@@ -45,10 +41,8 @@ rule throughput:
     output:
         f"{ANALYSIS}/async_throughput.parquet",
     threads: workflow.cores
-    log:
-        f"logs/{EXP}/throughput.log",
     shell:
-        "python -m opd.cli throughput --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
+        "python -m opd.cli throughput --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule memory_bound:
@@ -58,10 +52,8 @@ rule memory_bound:
     output:
         f"{ANALYSIS}/memory_bound.parquet",
     threads: workflow.cores
-    log:
-        f"logs/{EXP}/memory_bound.log",
     shell:
-        "python -m opd.cli memory-bound --spec {input.spec} --out {output} --launcher {LAUNCH} > {log} 2>&1"
+        "python -m opd.cli memory-bound --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
 rule throughput_from_runs:

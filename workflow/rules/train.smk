@@ -21,8 +21,5 @@ rule train:
         slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
     # the largest students' runs start first: the short ones fill the cores at the end, not a long one alone
     priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
-    log:
-        f"logs/{EXP}/train/{{run_id}}.log",
     shell:
         "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"
-        " > {log} 2>&1"
