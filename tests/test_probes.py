@@ -16,7 +16,7 @@ from opd.backends.tiny import model as M
 from opd.backends.tiny import probes as P
 from opd.backends.tiny import trainer
 from opd.backends.tiny.engine import Engine, Numerics
-from opd.backends.tiny.task import VOCAB, make_task
+from opd.backends.tiny.task import VOCAB, calibration_batch, make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 V = len(VOCAB)
@@ -101,13 +101,14 @@ def probe_for(student, numerics, n_prompts=8, responses=2, seed=0):
 
 
 @pytest.mark.parametrize("numerics", [Numerics(), Numerics(noise_sigma=0.3), Numerics(kv_cache="fp8_e5m2"),
-                                      Numerics(weights="nvfp4", kv_cache="fp8_e4m3", bf16_layers=(0,))])
+                                      Numerics(weights="nvfp4", kv_cache="fp8_e4m3", bf16_layers=(0,)),
+                                      Numerics(activations="fp8_static")])
 def test_engine_distribution_on_a_prefix_is_the_engines_own(models, numerics):
     """q on the engine's own prefixes, computed as it decodes, gives every sampled token exactly the
     log-probability the engine reported when it sampled it (also through an FP8 cache)."""
     student, _ = models
     probe, _ = probe_for(student, numerics)
-    engine = Engine(student.cfg, numerics)
+    engine = Engine(student.cfg, numerics, calibration=lambda: calibration_batch(0))
     engine.load(student.state_dict())
     roll = P.sample(engine, probe.prompts, 0)
     logq = P.engine_logq(engine, roll)
@@ -154,6 +155,10 @@ def test_probe_point_exact_engine_has_no_error_and_a_noisy_one_has(models):
     assert out["T_logit"] > 1e-4 and out["S_logit"] > 0 and out["d"] > 1e-3
     assert 0 < out["opd_bias_bound_max_l1"] <= 1 and out["opd_bias_bound_max_l2"] <= out["opd_bias_bound_max_l1"]
     assert len(pre) == 20 and bool((pre["opd_bias"] <= pre["opd_bound"]).all())
+    # an engine with calibrated activation scales is built as the trainer builds it (its calibration problems)
+    static, _ = probe_for(student, Numerics(activations="fp8_static"))
+    out_static, _ = P.probe_point(static, state, state, student.cfg, teacher, train, fixed)
+    assert out_static["T_logit"] > 0 and out_static["d_engine"] == pytest.approx(out_static["d"])
     # at step 0 the fixed prefixes are the trainer's own: the fixed-prefix update is the ideal update U
     assert out["upd_fixed_logit"] == pytest.approx(out["U_logit"]) and out["U_param"] == pytest.approx(out["upd_fixed_param"])
 

@@ -86,7 +86,7 @@ from opd.rows import Row
 from . import model as M
 from . import trainer
 from .engine import Engine, KVCache, Numerics, Rollout, token_logprobs
-from .task import RESPONSE_LEN, make_task
+from .task import RESPONSE_LEN, calibration_batch, make_task
 
 PROBE_STREAM = 15  # the probes' own random stream (prompts, sampling, subsample), apart from training's
 
@@ -211,6 +211,7 @@ class Probe:
     prompts: torch.Tensor
     idx: np.ndarray  # training-problem index of each prompt row
     sample_prefixes: int = 200
+    task_seed: int = 0  # the calibration problems of an engine with static activation scales, as in training
 
 
 def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.ModelConfig, teacher: M.Decoder,
@@ -219,7 +220,7 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
     per-prefix bias and bound (for plots). The bound is checked on every prefix (a violation raises)."""
     student = M.Decoder(cfg)
     student.load_state_dict(student_state)
-    engine = Engine(cfg, probe.numerics)
+    engine = Engine(cfg, probe.numerics, calibration=lambda: calibration_batch(probe.task_seed))  # as train_run's
     engine.load(engine_state)
     roll_q = sample(engine, probe.prompts, probe.probe_seed)
     roll_p = sample(trainer_engine(cfg, student_state), probe.prompts, probe.probe_seed)
@@ -382,7 +383,8 @@ def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], flo
         idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), job["prompts"], replace=False),
                         job["responses"])
         probe = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=ps, prompts=train.prompts(idx),
-                      idx=idx, sample_prefixes=job.get("sample_prefixes", 200))
+                      idx=idx, sample_prefixes=job.get("sample_prefixes", 200),
+                      task_seed=spec["settings"].get("task_seed", 0))
         fixed = fixed_prefixes(student0, probe.prompts, probe.probe_seed)
         for s in (steps if main else sorted({steps[0], steps[-1]})):
             out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
