@@ -16,6 +16,7 @@ JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes
     "kv-attribution": "per-layer FP8 KV-cache attribution of the offline mismatch",
     "throughput": "measured async throughput against staleness k",
     "memory-bound": "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache",
+    "probes": "the mechanism's gradient probes on the primary student's runs",
 }
 
 
@@ -33,6 +34,8 @@ def main(argv=None) -> int:
     for job, help_ in JOBS.items():
         parsers.append(sub.add_parser(job, help=help_))
         parsers[-1].add_argument("--out", type=Path, required=True)
+        parsers[-1].add_argument("--threads", type=int, default=None,
+                                 help="processes or threads the job may use (the rule's threads; not part of the spec)")
     for sp in parsers:
         sp.add_argument("--spec", type=_spec, required=True, help="the job's spec (JSON file)")
         sp.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
@@ -85,7 +88,8 @@ def run(p, args) -> int:
         fn = backends.job(args.job, args.spec.get("backend", "tiny"))
     except ValueError as e:
         p.error(str(e))
-    launch.run_job(fn, args.spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
+    spec = args.spec if args.threads is None else {**args.spec, "threads": args.threads}
+    launch.run_job(fn, spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
     return 0
 
 

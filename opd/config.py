@@ -162,6 +162,10 @@ def cross_field_errors(cfg: dict) -> list[str]:
             if r.bf16_layers and r.weights == r.activations == r.kv_cache == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})
+        window = e.get("infra", {}).get("window")
+        if window and not (0 <= window[0] < min(window[1], t.get("steps", window[1]))):
+            errors.append(f"experiment {exp!r}, field 'infra.window': {window} holds no training step of "
+                          f"the {t.get('steps')} run")
         verl_only = [k for k in VERL_TRAIN_KEYS if k in t]
         if e.get("backend") == "tiny" and verl_only:
             errors.append(f"experiment {exp!r}, field 'train.{verl_only[0]}': a verl setting; the tiny backend's "

@@ -193,3 +193,8 @@ def test_train_settings_are_typed_and_belong_to_the_backend(toy_config):
     del toy_config["experiments"]["toy"]["train"]["max_response_length"]
     del toy_config["experiments"]["paper"]["train"]["temperature"]
     assert "experiment 'paper', field 'train.temperature': the verl backend needs it" in err(toy_config)
+
+
+def test_an_infra_window_outside_the_run_is_named_before_any_job(toy_config):
+    toy_config["experiments"]["toy"]["infra"]["window"] = [200, 300]
+    assert "experiment 'toy', field 'infra.window'" in err(toy_config)

@@ -19,6 +19,7 @@ JOBS: dict[tuple[str, str], str] = {
     ("kv-attribution", "verl"): "opd.backends.verl:kv_attribution_job",
     ("throughput", "tiny"): "opd.backends.tiny.offline:throughput_job",
     ("memory-bound", "tiny"): "opd.backends.tiny.offline:memory_bound_job",
+    ("probes", "tiny"): "opd.backends.tiny.probes:probes_job",
 }
 
 

@@ -39,7 +39,7 @@ rule probes:
         f"logs/{EXP}/probes.log",
     threads: workflow.cores
     shell:
-        "python -m opd.backends.tiny.probes --spec {input.spec} --out {output.probes} --threads {threads}"
+        "python -m opd.cli probes --spec {input.spec} --out {output.probes} --threads {threads}"
         " --launcher {LAUNCH} > {log} 2>&1"
 
 

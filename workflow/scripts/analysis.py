@@ -95,6 +95,9 @@ def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: 
     and the first step's p90 sequence log-ratio."""
     lo, hi = window
     w = st[(st["step"] >= lo) & (st["step"] < hi)]
+    if w.empty:
+        raise ValueError(f"infra.window [{lo}, {hi}) holds no training step (steps run: {int(st['step'].min())}-"
+                         f"{int(st['step'].max())}); set infra.window in config.yaml within them")
     g = w.groupby(["student", "config"]).agg(
         steps=("step", "nunique"), median_step_s=("step_s", "median"), tokens=("trained_tokens", "sum"),
         seconds=("step_s", "sum"), wait=("wait_s", "sum")).reset_index()

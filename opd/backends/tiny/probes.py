@@ -65,13 +65,9 @@ float order alone moves a sampled token after some steps).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -297,34 +293,19 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
 
 # ---------------------------------------------------------------- re-creating a run's weights
 
-@contextmanager
-def _capture_versions(keep: set[int]):
-    """Record the policy versions a training run clones (version i is the i-th clone: trainer.train_run
-    clones version 0 before training and version n + 1 after step n), keeping those in `keep`."""
-    captured: dict[int, dict] = {}
-    count = [0]
-    original = trainer.clone_state
-
-    def clone(model):
-        state = original(model)
-        if count[0] in keep:
-            captured[count[0]] = state
-        count[0] += 1
-        return state
-
-    trainer.clone_state = clone
-    try:
-        yield captured
-    finally:
-        trainer.clone_state = original
-
-
 def recreate(spec: dict, versions: set[int]) -> tuple[dict[int, dict], pd.DataFrame]:
     """Re-run a training run from its spec (held-out evaluation off) and return the weights of the
-    requested policy versions, with the re-created run's steps table."""
+    requested policy versions (the trainer reports each version it makes), with the re-created run's
+    steps table."""
     run = {**spec, "settings": {**spec["settings"], "eval_every": 0}}
-    with tempfile.TemporaryDirectory() as d, _capture_versions(set(versions)) as captured:
-        trainer.train_run(run, Path(d))
+    captured: dict[int, dict] = {}
+
+    def keep(version: int, state: dict) -> None:
+        if version in versions:
+            captured[version] = state
+
+    with tempfile.TemporaryDirectory() as d:
+        trainer.train_run(run, Path(d), on_version=keep)
         steps = store.read_table(Path(d) / "steps.parquet", store.STEPS)
     missing = set(versions) - set(captured)
     if missing:
@@ -411,7 +392,7 @@ def probes_job(spec: dict, out: Path) -> None:
     tasks = [(spec, r) for r in spec["runs"]]
     if workers == 1:
         results = [probe_run(*t) for t in tasks]
-    else:  # spawn: each process patches its own trainer module while re-creating
+    else:  # processes, one torch thread each
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
             results = list(pool.map(_probe_run_star, tasks))
     rows = [r for res in results for r in res[0]]
@@ -425,21 +406,3 @@ def probes_job(spec: dict, out: Path) -> None:
 def prefix_path(out) -> Path:
     out = Path(out)
     return out.with_name(out.stem + "_prefix.parquet")
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m opd.backends.tiny.probes", description=__doc__.split("\n")[0])
-    p.add_argument("--spec", required=True, help="the job's spec (JSON file)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--threads", type=int, default=1, help="runs probed side by side (one process each)")
-    p.add_argument("--launcher", default=None, help="launcher JSON file (default: run here)")
-    args = p.parse_args(argv)
-    from opd import launch
-    spec = {**json.loads(Path(args.spec).read_text()), "threads": args.threads}
-    launcher = json.loads(Path(args.launcher).read_text()) if args.launcher else {"launcher": "local"}
-    launch.run_job(probes_job, spec, args.out, launcher)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -162,9 +162,10 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def train_run(spec: dict, out_dir: Path, progress=None) -> None:
+def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
-    Writes steps.parquet and heldout.parquet atomically at the end."""
+    Writes steps.parquet and heldout.parquet atomically at the end. `on_version(v, state)`, if given, sees
+    every policy version the run makes (0 before the first step of a fresh run, n + 1 after step n)."""
     out_dir = Path(out_dir)
     row, seed = Row.of(spec["row"]), spec["seed"]
     s = Settings(**spec["settings"])
@@ -186,6 +187,8 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
         steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
     else:
         versions[0] = clone_state(student)
+        if on_version:
+            on_version(0, versions[0])
 
     def save_checkpoint(step):
         store.atomic_torch_save({"student": student.state_dict(), "optimizer": opt.state_dict(),
@@ -218,6 +221,8 @@ def train_run(spec: dict, out_dir: Path, progress=None) -> None:
             row_out = update(student, teacher, opt, roll, idx, train, algorithm, variant, s)
             with cond:
                 versions[n + 1] = clone_state(student)
+                if on_version:
+                    on_version(n + 1, versions[n + 1])
                 for old in [v for v in versions if v < n + 1 - k]:
                     del versions[old]
                 cond.notify_all()
