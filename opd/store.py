@@ -24,6 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opd.provenance import sha256_file
+
 _ID = {"run_id": pa.string(), "config": pa.string(), "student": pa.string(), "seed": pa.int64(), "step": pa.int64()}
 STEPS = pa.schema({**_ID, "d_n": pa.float64(), "seq_logratio_p90": pa.float64(), "n_tokens": pa.int64(),
                    "trained_tokens": pa.int64(), "step_s": pa.float64(), "rollout_s": pa.float64(),
@@ -181,18 +183,10 @@ def is_complete(run_dir) -> bool:
 RUN_FILES = ("steps.parquet", "heldout.parquet")  # what a complete run.json records (`files`)
 
 
-def sha256_bytes(path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
-
-
 def file_records(run_dir) -> dict:
     """{name: {size, sha256}} of a run's files (those of RUN_FILES it has), as run.json records them."""
     run_dir = Path(run_dir)
-    return {n: {"size": (run_dir / n).stat().st_size, "sha256": sha256_bytes(run_dir / n)}
+    return {n: {"size": (run_dir / n).stat().st_size, "sha256": sha256_file(run_dir / n)}
             for n in RUN_FILES if (run_dir / n).exists()}
 
 
@@ -269,7 +263,7 @@ def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | No
             if why:
                 problems.append(why)
                 continue
-        digest = sha256_bytes(path)
+        digest = sha256_file(path)
         if expected is not None and digest != expected:
             problems.append(f"{path}: content changed (sha256 {digest[:12]}..., "
                             f"{'run.json records' if want else 'verified earlier as'} {expected[:12]}...)")

@@ -48,7 +48,11 @@ def snakemake(cwd: Path, *args, check=True) -> subprocess.CompletedProcess:
 
 def planned(cwd: Path, *args) -> list[tuple[str, str]]:
     """(rule, wildcards) of every job `snakemake -n` would run."""
-    r = snakemake(cwd, "-n", *args)
+    return jobs_in(snakemake(cwd, "-n", *args))
+
+
+def jobs_in(r) -> list[tuple[str, str]]:
+    """(rule, wildcards) of every job a `snakemake` run (or dry run) lists in its output."""
     jobs, rule = [], None
     for line in (r.stdout + r.stderr).splitlines():
         m = re.match(r"^(?:local)?rule (\S+):$", line.strip())

@@ -3,7 +3,6 @@ cache heals (issue 17, item 1) and a full disk fails clearly and resumes (item 4
 node failure on Slurm are in tests/test_slurm.py."""
 import errno
 import os
-import re
 import subprocess
 import threading
 import time
@@ -13,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import edit_config, snakemake
+from conftest import edit_config, jobs_in, snakemake
 from opd import store
 
 TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
@@ -33,17 +32,6 @@ def small_toy(c):
                  for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
 
 
-def jobs_run(r) -> list[tuple[str, str]]:
-    """(rule, wildcards) of every job a `snakemake` run started, from its log."""
-    jobs, rule = [], None
-    for line in (r.stdout + r.stderr).splitlines():
-        m = re.match(r"^(?:local)?rule (\S+):$", line.strip())
-        if m:
-            rule = m.group(1)
-            jobs.append([rule, ""])
-        elif rule and line.strip().startswith("wildcards:"):
-            jobs[-1][1] = line.strip().split(":", 1)[1].strip()
-    return [tuple(j) for j in jobs]
 
 
 def analysis_content(clone) -> dict:
@@ -70,8 +58,8 @@ def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
 
     r = snakemake(clone, "-c", "2", "analysis")
     out = r.stdout + r.stderr
-    assert {w for rule, w in jobs_run(r) if rule == "train"} == {"run_id=bf16.qwen-s.s1", "run_id=noise-15.qwen-s.s0"}
-    assert {rule for rule, _ in jobs_run(r)} == {"train", "analysis"}
+    assert {w for rule, w in jobs_in(r) if rule == "train"} == {"run_id=bf16.qwen-s.s1", "run_id=noise-15.qwen-s.s0"}
+    assert {rule for rule, _ in jobs_in(r)} == {"train", "analysis"}
     assert "run bf16.qwen-s.s1 is damaged" in out and "run noise-15.qwen-s.s0 is damaged" in out
     quarantined = clone / "results" / "toy" / "_quarantine"
     assert sorted(p.name for p in quarantined.iterdir()) == ["bf16.qwen-s.s1", "log.json", "noise-15.qwen-s.s0"]
@@ -136,7 +124,7 @@ def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resume
     out = r.stdout + r.stderr + (log.read_text() if log.exists() else "")
     assert r.returncode != 0
     assert f"disk full: no space left on the filesystem mounted at {runs}" in out
-    assert f"while writing results/toy/runs/bf16.qwen-s.s0/checkpoint.pt" in out
+    assert "while writing results/toy/runs/bf16.qwen-s.s0/checkpoint.pt" in out
     # nothing partial, nothing that looks complete: the last checkpoint, whole, and no run.json saying complete
     left = sorted(p.name for p in run.iterdir())
     assert left in (["checkpoint.pt"], ["checkpoint.pt", "run.json"]), left

@@ -94,9 +94,8 @@ def test_requeue_after_timeout_signal_resumes_without_lost_or_duplicated_steps(s
     pd.testing.assert_frame_equal(steps.drop(columns=TIMING), straight.drop(columns=TIMING))
 
 
-def test_scancelled_job_fails_fast_and_clearly(slurm_cluster, tmp_path):
-    spec = toy_spec(tmp_path, steps=2000, checkpoint_every=5)
-    run = tmp_path / "run"
+def train_in_background(spec: dict, run) -> tuple[threading.Thread, dict]:
+    """launch.run_train on Slurm in a thread; the dict gets the JobFailed it raises, if any, as "e"."""
     err = {}
 
     def go():
@@ -106,6 +105,13 @@ def test_scancelled_job_fails_fast_and_clearly(slurm_cluster, tmp_path):
             err["e"] = e
     t = threading.Thread(target=go)
     t.start()
+    return t, err
+
+
+def test_scancelled_job_fails_fast_and_clearly(slurm_cluster, tmp_path):
+    spec = toy_spec(tmp_path, steps=2000, checkpoint_every=5)
+    run = tmp_path / "run"
+    t, err = train_in_background(spec, run)
     job = submitted_job_id(run)
     wait_for(lambda: (run / "checkpoint.pt").exists(), 120, "a checkpoint")
     cancelled = time.time()
@@ -219,15 +225,7 @@ def test_a_node_failure_slurm_does_not_requeue_fails_within_dead_after_naming_th
                                                                                          node_back_up):
     spec = toy_spec(tmp_path, steps=2000)
     run = tmp_path / "run"
-    err = {}
-
-    def go():
-        try:
-            launch.run_train(spec, run, {"launcher": "slurm", "slurm": SITE})
-        except launch.JobFailed as e:
-            err["e"] = e
-    t = threading.Thread(target=go)
-    t.start()
+    t, err = train_in_background(spec, run)
     job, down = take_node_down_mid_job(run, requeue=False)
     t.join(timeout=120)
     assert not t.is_alive() and "e" in err

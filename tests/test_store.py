@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from opd import store
+from opd import provenance, store
 
 
 def steps_frame(n=3, schema=store.STEPS):
@@ -76,7 +76,7 @@ def test_run_json_records_size_and_hash_and_a_sound_run_is_left_alone(tmp_path):
     d = complete_run(tmp_path / "runs")
     meta = store.read_json(d / "run.json")
     assert meta["files"]["steps.parquet"] == {"size": (d / "steps.parquet").stat().st_size,
-                                              "sha256": store.sha256_bytes(d / "steps.parquet")}
+                                              "sha256": provenance.sha256_file(d / "steps.parquet")}
     ledger = tmp_path / "verified.json"
     assert store.heal_runs(tmp_path, ["a.s.s0"], ledger) == {}
     assert set(store.read_json(ledger)) == {str(d / "steps.parquet"), str(d / "heldout.parquet")}
