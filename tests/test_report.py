@@ -17,20 +17,10 @@ from PIL import Image
 
 from chromium import Chromium, ProtocolError, find_browser
 from conftest import ROOT, edit_config, make_clone, snakemake
+from test_faults import small_toy  # one student, the standard engine (2 seeds) and noise-15: 3 short runs
 from opd import outputs as O
 
 CAPTIONS = ROOT / "workflow" / "report"
-
-
-def small(c):
-    """The toy cut to one student, the standard engine (2 seeds: the instrument's noise) and one noise row
-    (1 seed): 3 runs of 6 short steps. Base models and admission checks are the committed ones."""
-    e = c["experiments"]["toy"]
-    e["students"] = {"qwen-s": e["students"]["qwen-s"]}
-    e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
-    e["infra"]["window"] = [2, 6]
-    e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
-                 for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +186,7 @@ def check_in_browser(exe: str, root: Path, report: Path, want: dict[str, str], s
 def test_report_of_a_small_experiment_renders_in_chromium(browser, tmp_path, request):
     t0 = time.monotonic()
     clone = make_clone(tmp_path / "clone")
-    edit_config(clone, small)
+    edit_config(clone, small_toy)
     experiment = yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]
     snakemake(clone, "-c", "2")
     t_build = time.monotonic() - t0
