@@ -193,13 +193,17 @@ def test_report_of_a_small_experiment_renders_in_chromium(browser, tmp_path, req
     r = snakemake(clone, "-c", "2", "--report", "figures/toy/report.html")
     assert "Report created." in r.stdout + r.stderr
     report = clone / "figures" / "toy" / "report.html"
+    want = expected_results(experiment, "figures/toy")
+    # every result shown was made by this build: a file the DAG did not remake (one checked out from the
+    # toy's results) has no Snakemake metadata, and the report would show the toy's numbers as this one's
+    missing = set(re.findall(r"Missing metadata for file (\S+)\. ", r.stdout + r.stderr))
+    assert not missing & set(want), f"results in the report that this build did not make: {sorted(missing & set(want))}"
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     shots = Path(cache.mkdir("report")) if cache else tmp_path / "screenshots"
     shots.mkdir(exist_ok=True)
     for old in shots.glob("*.png"):
         old.unlink()
-    n = check_in_browser(browser, clone, report, expected_results(experiment, "figures/toy"), shots,
-                         tmp_path / "profile")
+    n = check_in_browser(browser, clone, report, want, shots, tmp_path / "profile")
     print(f"\nreport: {report.stat().st_size / 1e6:.1f} MB, {n} results; pipeline {t_build:.0f} s, "
           f"all {time.monotonic() - t0:.0f} s; screenshots in {shots}")
     request.node.user_properties.append(("screenshots", str(shots)))
