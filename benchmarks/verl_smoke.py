@@ -81,10 +81,10 @@ def command(out: Path, row: dict, gpus: int) -> tuple[str, list[str]]:
         raise ValueError(f"row {row['name']!r}: verl 0.9.1 needs {3 if k else 2} GPUs for "
                          f"{'an asynchronous' if k else 'a synchronous'} OPD run (trainer, "
                          f"{'rollout, ' if k else ''}teacher: one pool each), this node has {gpus}")
-    cfg = {"experiments": {"smoke": experiment(out)}}
+    e = experiment(out)
     run_dir = out / row["name"]
-    args = overrides(row, cfg, student="toy", seed=0, run_dir=str(run_dir), experiment="smoke", pools=pools,
-                     log_path=str(logparse.attempt_log(run_dir)))
+    args = overrides(row, e["students"]["toy"], e["train"], e["verl"], student="toy", seed=0, run_dir=str(run_dir),
+                     pools=pools, log_path=str(logparse.attempt_log(run_dir)))
     args += ["actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.model.trust_remote_code=False",
              # verl scores every batch; its own scorer does not know the toy task
              f"reward.custom_reward_function.path={hydra_value(reward.__file__)}",

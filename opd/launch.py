@@ -16,7 +16,7 @@ from pathlib import Path
 
 import submitit
 
-from opd import jobs
+from opd import training
 
 
 class JobFailed(RuntimeError):
@@ -25,7 +25,7 @@ class JobFailed(RuntimeError):
 
 class CheckpointableTrain(submitit.helpers.Checkpointable):
     """The training job as submitit runs it, once per Slurm task: task 0 is the run (run.json, training,
-    results), the others only serve it (jobs.train_worker; a multi-node verl run has one task per node).
+    results), the others only serve it (training.train_worker; a multi-node verl run has one task per node).
     On timeout/preemption submitit's task 0 resubmits it with the same arguments (its other tasks neither
     checkpoint nor requeue: submitit/core/job_environment.py:207-211) and it resumes from the run's last
     checkpoint."""
@@ -33,8 +33,8 @@ class CheckpointableTrain(submitit.helpers.Checkpointable):
     def __call__(self, spec: dict, run_dir: str) -> dict | None:
         env = submitit.JobEnvironment()
         if env.global_rank != 0:
-            return jobs.train_worker(spec, run_dir)
-        return jobs.train(spec, run_dir, {"launcher": "slurm", "slurm_job_ids": [str(env.job_id)]})
+            return training.train_worker(spec, run_dir)
+        return training.train(spec, run_dir, {"launcher": "slurm", "slurm_job_ids": [str(env.job_id)]})
 
 
 def train_shape(spec: dict, slurm: dict) -> dict:
@@ -48,7 +48,7 @@ def train_shape(spec: dict, slurm: dict) -> dict:
 
 def run_train(spec: dict, run_dir, launcher: dict) -> dict:
     if launcher["launcher"] == "local":
-        return jobs.train(spec, run_dir)
+        return training.train(spec, run_dir)
     return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir),
                            train_shape(spec, launcher.get("slurm", {})), name=spec["run_id"])
 

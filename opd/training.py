@@ -1,6 +1,6 @@
-"""The jobs the DAG runs, independent of where they run (the launcher) and which backend computes.
-
-Each job takes plain JSON-able arguments, so submitit can pickle it for Slurm."""
+"""One training run as the DAG runs it, independent of where it runs (the launcher) and which backend
+computes it (opd.backends.JOBS): run.json around the backend's training, and the other Slurm tasks of a
+multi-task job. Plain JSON-able arguments, so submitit can pickle them for Slurm."""
 from __future__ import annotations
 
 import time

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from opd import config as C
-from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, hydra_value, overrides
+from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, hydra_value, run_overrides
 from test_verl import load_smoke, verl_compose
 
 # legal in a POSIX path or a Hub name: a sweep's comma, a space, list and dict brackets, both quotes, '=',
@@ -32,7 +32,7 @@ def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(tmp
         s = e["students"][r.student]
         row = next(x for x in e["rows"] if x["name"] == r.name)  # as config.yaml writes it
         run_dir = f"{run_root}/{r.run_id}"
-        ov = overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=run_dir)
+        ov = run_overrides(cfg, r, run_dir=run_dir)
         c = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
         for resolved in (False, True):  # as composed, and after verl's OmegaConf.resolve (main_ppo.py:145)
             if resolved:
@@ -67,5 +67,5 @@ def test_an_interpolation_in_a_path_is_refused_before_verl_starts(tmp_path):
     next(iter(cfg["experiments"]["paper"]["students"].values()))["model"] = "/models/${USER}/r1"
     r = C.runs(cfg, "paper")[0]
     with pytest.raises(ValueError, match=r"'/models/\$\{USER\}/r1' contains '\$\{'"):
-        overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=str(tmp_path))
+        run_overrides(cfg, r, run_dir=str(tmp_path))
     assert hydra_value("$HOME") == "'$HOME'"

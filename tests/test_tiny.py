@@ -12,7 +12,7 @@ import torch
 
 from opd import store
 from opd.backends.tiny import model as M
-from opd.backends.tiny.base import train_base
+from opd.backends.tiny.sft import train_base
 from opd.backends.tiny.engine import Engine, Numerics, token_logprobs
 from opd.backends.tiny.task import VOCAB, answer_of, decode, make_task, solution
 from opd.backends.tiny.trainer import mismatch, step_generator, train_run
@@ -108,7 +108,7 @@ def test_fp8_kv_cache_stores_float8_except_layers_kept_bf16(base):
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 def test_hf_export_matches_transformers_logits(tmp_path, family):
     import transformers  # in the [test] extra
-    from opd.backends.tiny.base import model_config
+    from opd.backends.tiny.sft import model_config
     torch.manual_seed(0)
     model = M.Decoder(model_config({**STUDENT, "family": family}))
     for p in model.parameters():

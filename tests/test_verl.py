@@ -19,7 +19,7 @@ from opd import config as C
 from opd import quant
 from opd.backends.verl import data, hook, logparse
 from opd.backends.verl.__main__ import main as verl_cli
-from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides
+from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides, run_overrides
 
 VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -38,7 +38,7 @@ def paper():
     cfg = C.load()
     out = {}
     for r in C.runs(cfg, "paper"):
-        out[r.run_id] = (r, overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=f"runs/{r.run_id}"))
+        out[r.run_id] = (r, run_overrides(cfg, r, run_dir=f"runs/{r.run_id}"))
     return out
 
 
@@ -223,7 +223,7 @@ def test_jsonl_parser_on_a_verl_log(tmp_path):
 
 
 def tiny_model(layers=3, seed=0):
-    from opd.backends.tiny.base import model_config
+    from opd.backends.tiny.sft import model_config
     from opd.backends.tiny.model import Decoder
     torch.manual_seed(seed)
     return Decoder(model_config({"family": "qwen2", "layers": layers, "heads": 2, "kv_heads": 1, "head_dim": 32,
@@ -574,8 +574,7 @@ def test_verls_file_logger_in_a_ray_actor_writes_into_the_run_folder(paper, ray_
     r, _ = paper["bf16.r1-7b.s0"]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    ov = overrides(r.row, C.load(), student=r.student, seed=r.seed, run_dir=str(run_dir),
-                   log_path=str(logparse.attempt_log(run_dir)))
+    ov = run_overrides(C.load(), r, run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)))
     env = {k: v for k, v in os.environ.items() if k != "VERL_FILE_LOGGER_PATH"}
     out = subprocess.run([sys.executable, "-c", DRIVER, str(VERL / "trainer/config"), json.dumps(ov)], cwd=run_dir,
                          env={**env, **ray_settings, "RAY_ADDRESS": address}, capture_output=True, text=True, timeout=300)
@@ -615,7 +614,9 @@ def test_fully_async_trainers_own_loop_logs_every_step_and_checkpoints_what_the_
                                           "layout": {"gpus_per_node": 1}}}}}
     row = {"name": "k2", "staleness": K}
     log = tmp_path / "verl.0.jsonl"
-    ov = overrides(row, cfg, student="toy", seed=0, run_dir=str(tmp_path), experiment="x", log_path=str(log))
+    e = cfg["experiments"]["x"]
+    ov = overrides(row, e["students"]["toy"], e["train"], e["verl"], student="toy", seed=0, run_dir=str(tmp_path),
+                   log_path=str(log))
     ov += [f"trainer.test_freq={test_freq}"] if test_freq else []
     _, _, t = async_parts(verl_compose(ov, True), log, monkeypatch)
 

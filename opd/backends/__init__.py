@@ -39,7 +39,7 @@ def train_flops_per_token(student: dict, backend: str) -> float:
     """Forward + backward FLOPs per trained token: 3 x the student's forward FLOPs (tiny: counted from
     the architecture at the task's full sequence length; verl: 2 x n_params from the student's spec)."""
     if backend == "tiny":
-        from opd.backends.tiny.base import model_config
+        from opd.backends.tiny.sft import model_config
         from opd.backends.tiny.model import flops_per_token
         from opd.backends.tiny.task import PROMPT_LEN, RESPONSE_LEN
         return 3 * flops_per_token(model_config(student), PROMPT_LEN + RESPONSE_LEN)

@@ -15,7 +15,7 @@ from opd.quant import kv_attribution_cases
 from opd.rows import Row
 
 from . import model as M
-from .base import train_base
+from .sft import train_base
 from .engine import Engine, KVCache, Numerics
 from .task import RESPONSE_LEN, make_task
 from .trainer import offline_mismatch, set_threads, step_generator, train_run

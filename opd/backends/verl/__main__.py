@@ -13,7 +13,7 @@ from opd import config as C
 from opd import store
 
 from . import data
-from .overrides import entry_point, overrides
+from .overrides import entry_point, run_overrides
 
 
 def main(argv=None) -> int:
@@ -42,8 +42,7 @@ def main(argv=None) -> int:
         return 0
     cfg = C.load(a.config)
     runs = C.runs(cfg, a.experiment)
-    result = {r.run_id: overrides(r.row, cfg, student=r.student, seed=r.seed, run_dir=f"results/{a.experiment}/runs/"
-                                  f"{r.run_id}", experiment=a.experiment) for r in runs}
+    result = {r.run_id: run_overrides(cfg, r, run_dir=f"results/{a.experiment}/runs/{r.run_id}") for r in runs}
     if a.json:
         print(json.dumps(result, indent=1))
     else:

@@ -26,12 +26,6 @@ from .plan import Schedule, schedule
 RAY_PORT = 6379
 
 
-def experiment_config(spec: dict) -> dict:
-    """The part of config.yaml a job's spec carries, in config.yaml's shape (for `overrides`)."""
-    return {"experiments": {spec["experiment"]: {"students": {spec["student"]: spec["student_spec"]},
-                                                 "train": spec["settings"], "verl": spec["verl"]}}}
-
-
 def _read_parquets(paths) -> pd.DataFrame:
     paths = [paths] if isinstance(paths, (str, Path)) else paths
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
@@ -131,8 +125,8 @@ def train_run(spec: dict, run_dir: Path) -> None:
         raise RuntimeError(f"{spec['run_id']}: the allocation has {nodes} node(s), the row's verl layout needs {need}")
     # verl's file logger truncates its file: every attempt gets its own (logparse reads them all); the
     # path reaches the logger's Ray actor through the runtime_env in the overrides
-    args = overrides(row, experiment_config(spec), student=student, seed=seed, run_dir=str(run_dir),
-                     experiment=spec["experiment"], log_path=str(logparse.attempt_log(run_dir)))
+    args = overrides(row, spec["student_spec"], spec["settings"], spec["verl"], student=student, seed=seed,
+                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)))
     env = dict(os.environ)
     try:
         if nodes > 1:

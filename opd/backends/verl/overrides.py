@@ -91,16 +91,22 @@ def weight_numerics(row: dict, seed: int) -> dict | None:
             "noise_seed": int(seed)}
 
 
-def overrides(row: dict, cfg: dict, student: str | None = None, seed: int = 0, run_dir: str = ".",
-              experiment: str = "paper", log_path: str | None = None, pools: Layout | None = None) -> list[str]:
-    """Hydra overrides for one run of `row` in experiment `experiment` of the validated config `cfg`.
-    verl's file logger writes to `log_path` (default: the run folder's next attempt log); `pools` replaces
-    the layout the experiment's `verl.layout` gives (benchmarks/verl_smoke.py: pools on one node)."""
+def run_overrides(cfg: dict, run: C.Run, run_dir: str = ".", **kw) -> list[str]:
+    """`overrides` for one run of the validated config `cfg` (the command line's and the tests' entry)."""
+    e = cfg["experiments"][run.experiment]
+    return overrides(run.row, e["students"][run.student], C.run_settings(e["train"], run.row), e.get("verl", {}),
+                     student=run.student, seed=run.seed, run_dir=run_dir, **kw)
+
+
+def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *, student: str, seed: int = 0,
+              run_dir: str = ".", log_path: str | None = None, pools: Layout | None = None) -> list[str]:
+    """Hydra overrides for one run of `row` by `student` (its spec in config.yaml's `students`) with the
+    run's resolved training settings (C.run_settings) and the experiment's `verl` block, exactly what a
+    training job's spec holds. verl's file logger writes to `log_path` (default: the run folder's next
+    attempt log); `pools` replaces the layout `verl.layout` gives (benchmarks/verl_smoke.py: one node)."""
     from .logparse import attempt_log
-    e = cfg["experiments"][experiment]
     r = Row.of(row)
-    student = student or next(iter(e["students"]))
-    s, t, v = e["students"][student], C.run_settings(e["train"], r), e.get("verl", {})
+    s, t, v = student_spec, settings, verl
     n_layers = s["layers"]
     k = r.staleness
     plan = schedule(t, k)
