@@ -78,6 +78,11 @@ def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
     return cfg
 
 
+def _q(name) -> str:
+    """A name in single quotes whatever it holds (repr would switch to double quotes around a quote)."""
+    return f"'{name}'"
+
+
 def _where(cfg: dict, path) -> str:
     """'experiment 'toy', row 3 ('fp8w'), field 'noise_sigma'' from a jsonschema error path."""
     p = list(path)
@@ -88,10 +93,10 @@ def _where(cfg: dict, path) -> str:
         except (AttributeError, IndexError, KeyError):
             name = "?"
         field = ".".join(map(str, p[4:])) or "(row)"
-        return f"experiment {exp!r}, row {i} ({name!r}), field {field!r}"
+        return f"experiment {_q(exp)}, row {i} ({_q(name)}), field {_q(field)}"
     if len(p) >= 2 and p[0] == "experiments":
-        return f"experiment {p[1]!r}, field {'.'.join(map(str, p[2:])) or '(experiment)'!r}"
-    return f"field {'.'.join(map(str, p)) or '(top level)'!r}"
+        return f"experiment {_q(p[1])}, field {_q('.'.join(map(str, p[2:])) or '(experiment)')}"
+    return f"field {_q('.'.join(map(str, p)) or '(top level)')}"
 
 
 @functools.lru_cache(maxsize=1)
