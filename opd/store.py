@@ -192,8 +192,11 @@ def file_records(run_dir) -> dict:
 
 def record_files(run_dir) -> None:
     """Re-record a complete run's file hashes in its run.json (after a file was deliberately rewritten,
-    e.g. a re-run of the held-out evaluation); a run that is not complete is left alone."""
+    e.g. a re-run of the held-out evaluation); a run that is not complete, or has no run.json (an
+    evaluation run by hand), is left alone."""
     p = Path(run_dir) / "run.json"
+    if not p.exists():
+        return
     meta = read_json(p)
     if meta.get("status") == "complete":
         write_json({**meta, "files": file_records(run_dir)}, p)
