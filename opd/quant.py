@@ -82,6 +82,19 @@ def fp8_per_token(x: torch.Tensor) -> torch.Tensor:
     return (cast_fp8(x.float() / scale) * scale).to(x.dtype)
 
 
+def fp8_per_token_group(x: torch.Tensor, group: int = 128) -> torch.Tensor:
+    """FP8 E4M3 with one dynamic scale per token and `group` consecutive elements of the last dimension,
+    scale = group amax / 448: the activation side of vLLM's block-FP8 linear layers (128x128 weight tiles,
+    1x128 activation groups), which verl's `rollout.quantization=fp8` runs. A last dimension of at most
+    `group` elements is one group: per-token scales."""
+    shape = x.shape
+    pad = (-shape[-1]) % group
+    g = torch.nn.functional.pad(x.float(), (0, pad)).reshape(*shape[:-1], -1, group)
+    scale = (g.abs().amax(-1, keepdim=True) / FP8_MAX["e4m3"]).clamp_min(1e-12)
+    q = (cast_fp8(g / scale) * scale).reshape(*shape[:-1], -1)[..., : shape[-1]]
+    return q.to(x.dtype)
+
+
 # ---------------------------------------------------------------- the recipe registry
 
 @dataclass(frozen=True)
@@ -119,6 +132,8 @@ for _r in (
            apply=fp8_static, calibrated=True),
     Recipe("fp8_token", "activations", "FP8 E4M3, one dynamic scale per token (vLLM's dynamic FP8)",
            apply=fp8_per_token),
+    Recipe("fp8_group128", "activations", "FP8 E4M3, one dynamic scale per token and 128 elements (vLLM's block FP8)",
+           apply=fp8_per_token_group),
     Recipe("nvfp4", "activations", "NVFP4: E2M1 in 16-element blocks, dynamic E4M3 block scales (W4A4)",
            apply=nvfp4),
     Recipe("none", "kv_cache", "keys and values stored in the engine dtype"),

@@ -1,9 +1,11 @@
 """The DAG's guarantees, checked with real Snakemake runs in a fresh `git clone` of this tree, whose
 results/ already holds the toy experiment's results."""
 
+import shutil
+
 import pytest
 
-from conftest import edit_config, planned, planned_rules, planned_runs, snakemake
+from conftest import edit_config, make_clone, planned, planned_rules, planned_runs, snakemake
 
 TRAINING = {"train", "base_models"}
 
@@ -13,13 +15,24 @@ def test_fresh_clone_with_results_schedules_no_training(clone):
     assert not planned_rules(jobs) & (TRAINING | {"admission", "kv_attribution", "throughput", "memory_bound"})
 
 
-@pytest.fixture
-def built_clone(clone):
-    """A fresh clone after one real `snakemake` run has rebuilt what it wants (analysis, figures)
-    from the committed Parquet: everything is then up to date."""
+@pytest.fixture(scope="module")
+def built_template(tmp_path_factory):
+    """A fresh clone after one real `snakemake` run has rebuilt what it wants (analysis, probes, figures)
+    from the committed Parquet: everything is then up to date. Built once per module (it takes minutes)."""
+    clone = make_clone(tmp_path_factory.mktemp("built") / "clone")
     snakemake(clone, "-c", "2")
     assert planned(clone) == []
     return clone
+
+
+@pytest.fixture
+def built_clone(built_template, tmp_path):
+    """A copy of the built clone for one test to edit: file times and Snakemake's metadata are copied
+    with it, so the copy is as up to date as the original (checked)."""
+    dest = tmp_path / "clone"
+    shutil.copytree(built_template, dest, symlinks=True)
+    assert planned(dest) == []
+    return dest
 
 
 def test_adding_a_row_schedules_only_that_row(built_clone):

@@ -103,6 +103,18 @@ def test_fp8_per_token_scales_each_token_by_its_own_amax():
         assert torch.equal(qrow, (row / s).to(E4M3).to(torch.float32) * s)
 
 
+def test_fp8_per_token_group_scales_each_128_element_group_of_each_token_by_its_own_amax():
+    x = torch.randn(3, 300) * torch.logspace(-2, 2, 300)  # a width that is not a multiple of 128
+    q = quant.fp8_per_token_group(x)
+    for row, qrow in zip(x, q):
+        for a in range(0, 300, 128):
+            g = row[a:a + 128]
+            s = g.abs().max() / 448
+            assert torch.equal(qrow[a:a + 128], (g / s).to(E4M3).to(torch.float32) * s)
+    small = torch.randn(4, 64)  # at most one group: per-token scales
+    assert torch.equal(quant.fp8_per_token_group(small), quant.fp8_per_token(small))
+
+
 def test_fp8_static_uses_the_calibrated_amax_and_saturates_beyond_it():
     x = torch.linspace(-3, 3, 101)
     q = quant.fp8_static(x, torch.tensor(2.0))

@@ -205,12 +205,12 @@ def take_node_down_mid_job(run: Path, requeue: bool) -> tuple[str, float]:
     return job, down
 
 
-@pytest.mark.skip(reason="timing-dependent: on a quiet machine the 60-step run can end before the node goes down "
-                         "(attempts 1, seen in CI at a69e1e4); issue #17 keeps it open until the test waits for a "
-                         "run that cannot finish first")
 def test_a_node_taken_down_mid_job_requeues_and_the_run_finishes_every_step_once(slurm_cluster, tmp_path,
                                                                                  node_back_up):
-    spec = toy_spec(tmp_path, steps=60)
+    """The node goes down once the run has written its first checkpoint (step 5). 600 steps take minutes (280
+    ended inside one minute on a quiet machine), so the run cannot end before its node does."""
+    steps = 600
+    spec = toy_spec(tmp_path, steps=steps)
     reference = straight_run(spec, tmp_path / "straight")
     run = tmp_path / "run"
     result = {}
@@ -218,12 +218,12 @@ def test_a_node_taken_down_mid_job_requeues_and_the_run_finishes_every_step_once
         spec, run, {"launcher": "slurm", "slurm": SITE})))
     t.start()
     job, _ = take_node_down_mid_job(run, requeue=True)
-    t.join(timeout=300)
+    t.join(timeout=900)
     assert not t.is_alive()
     meta = result["meta"]
     assert meta["status"] == "complete" and meta["attempts"] == 2 and meta["slurm_job_ids"] == [job, job]
-    reference.join(timeout=300)
-    same_steps(run, tmp_path / "straight", 60)
+    reference.join(timeout=900)
+    same_steps(run, tmp_path / "straight", steps)
 
 
 def test_a_node_failure_slurm_does_not_requeue_fails_within_dead_after_naming_the_state(slurm_cluster, tmp_path,

@@ -4,6 +4,7 @@ its CPU-side dependencies; vLLM is not in this environment), the JSONL log parse
 numerics and the data preparation. tests/test_vllm.py runs the vLLM jobs in a real engine."""
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,12 +18,13 @@ from omegaconf import OmegaConf
 
 from opd import config as C
 from opd import quant
-from opd.backends.verl import data, hook, logparse
+from opd.backends.verl import data, hook, logparse, plan
 from opd.backends.verl.__main__ import main as verl_cli
 from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides, run_overrides
 
 VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
 FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def verl_compose(ov: list[str], asynchronous: bool):
@@ -71,9 +73,16 @@ def test_every_paper_run_composes_against_verls_config(paper):
         vllm = OmegaConf.to_container(rollout.engine_kwargs.vllm)
         if r.row.kv_cache != "none":
             assert vllm["kv_cache_dtype"] == r.row.kv_cache
-        if r.row.weights != "none" or r.row.noise_sigma:
+        native = plan.native_quantization(r.row)
+        assert rollout.quantization == native  # verl's own FP8 kernels for the pair vLLM runs, else None
+        if native:
+            assert (r.row.weights, r.row.activations) == ("fp8_block", "fp8_group128")
+        if (r.row.weights != "none" and not native) or r.row.noise_sigma:
             assert vllm["worker_extension_cls"] == "opd.backends.verl.hook.WeightNumerics"
-            assert vllm["additional_config"]["opd_numerics"]["weights"] == r.row.weights
+            assert vllm["additional_config"]["opd_numerics"]["weights"] == (r.row.weights if not native else "none")
+        else:  # vLLM loads the synced weights as they are (and quantizes them itself where native)
+            assert "worker_extension_cls" not in vllm
+    assert sum(plan.native_quantization(r.row) is not None for r, _ in paper.values()) >= 1
 
 
 def verl_startup_checks(cfg) -> None:
@@ -788,17 +797,22 @@ def test_validation_names_what_verl_cannot_run(toy_config):
                       {"name": "x-center", "noise_sigma": 0.1, "variant": "score_centering"},
                       {"name": "x-offset", "noise_sigma": 0.1, "variant": "advantage_offset"},
                       {"name": "x-k3", "staleness": 3},
-                      {"name": "x-k2-cos", "staleness": 2, "lr": 1e-6}]
+                      {"name": "x-k2-cos", "staleness": 2, "lr": 1e-6},
+                      {"name": "x-w8a8-l0", "weights": "fp8_block", "activations": "fp8_group128", "bf16_layers": [0]},
+                      {"name": "x-w4a4", "weights": "nvfp4", "activations": "nvfp4"}]
     paper["train"]["lr_schedule"] = "cosine"
     paper["slurm"]["nodes"] = 2
     with pytest.raises(C.ConfigError) as e:
         C.validate(toy_config)
     m = str(e.value)
     n = len(paper["rows"])
-    assert f"experiment 'paper', row {n - 5} ('x-reinforce'), field 'algorithm': verl backend: verl 0.9.1 has no" in m
-    assert f"row {n - 4} ('x-center'), field 'variant'" in m and f"row {n - 3} ('x-offset'), field 'variant'" in m
-    assert f"row {n - 2} ('x-k3'), field 'staleness'" in m and "train.checkpoint_every (40) is not a multiple of staleness 3" in m
-    assert f"row {n - 1} ('x-k2-cos'), field 'staleness'" in m and "cosine schedule would decay 2x too fast" in m
+    assert f"experiment 'paper', row {n - 7} ('x-reinforce'), field 'algorithm': verl backend: verl 0.9.1 has no" in m
+    assert f"row {n - 6} ('x-center'), field 'variant'" in m and f"row {n - 5} ('x-offset'), field 'variant'" in m
+    assert f"row {n - 4} ('x-k3'), field 'staleness'" in m and "train.checkpoint_every (40) is not a multiple of staleness 3" in m
+    assert f"row {n - 3} ('x-k2-cos'), field 'staleness'" in m and "cosine schedule would decay 2x too fast" in m
+    assert (f"row {n - 2} ('x-w8a8-l0'), field 'activations': verl backend: 'fp8_group128' with weights 'fp8_block' "
+            f"and layers kept BF16 has no vLLM kernel") in m
+    assert f"row {n - 1} ('x-w4a4'), field 'activations': verl backend: 'nvfp4' with weights 'nvfp4' has no vLLM kernel" in m
     assert "experiment 'paper', field 'slurm.nodes': a verl run's Slurm shape follows from verl.layout" in m
     assert "experiment 'toy'" not in m  # the tiny backend runs all of these
     del paper["train"]["checkpoint_every"]  # a clear error, not a KeyError
@@ -820,3 +834,19 @@ def test_one_schedule_for_both_trainers():
     with pytest.raises(ValueError, match="every 8 steps"):
         schedule(t, 8).checkpoint(50)
     assert schedule_errors({**t, "checkpoint_every": 25, "eval_every": 50}, 2)[0][0] == "staleness"
+
+
+def test_the_readme_says_per_recipe_whether_verl_runs_a_real_kernel_or_an_emulation():
+    """The README's recipe table lists every registered recipe and noise with what plan.kernels says for a
+    row holding it alone, and a native pair composes to verl's own `rollout.quantization`."""
+    from opd.quant import RECIPES
+    table = {m.group(1): m.group(2) for m in re.finditer(r"^\s*\| `([a-z_]+: [a-z0-9_]+|noise_sigma)` \| ([^|]+) \|",
+                                                         (ROOT / "README.md").read_text(), re.M)}
+    fields = [(kind, name) for kind, rs in RECIPES.items() for name in rs if name != "none"] + [("noise_sigma", 0.1)]
+    assert set(table) == {k if k == "noise_sigma" else f"{k}: {n}" for k, n in fields}
+    for kind, name in fields:
+        said = table[kind if kind == "noise_sigma" else f"{kind}: {name}"].strip()
+        assert said == plan.kernels({"name": "x", kind: name})[kind], (kind, name)
+    for (w, a), q in plan.NATIVE.items():
+        assert plan.kernels({"name": "x", "weights": w, "activations": a}) == {"weights": "vLLM kernel",
+                                                                             "activations": "vLLM kernel"}

@@ -18,9 +18,18 @@ generates at most k batches per weight version and then waits (fully_async_rollo
 (fully_async_trainer.py:654-674), so for k > 0 `rollout_corr/kl` holds only the numerics and `ppo_kl` the
 staleness. k = 0 is verl's synchronous PPO trainer.
 
-Weight recipes vLLM lacks (Model Optimizer-style per-tensor FP8 with layers kept BF16, NVFP4
-emulation, Gaussian noise) are applied to the synced weights by opd.backends.verl.hook; the FP8 KV
-cache is vLLM's own (`kv_cache_dtype`, `kv_cache_dtype_skip_layers`).
+Engine numerics, real kernel or emulation (plan.NATIVE and plan.kernels; the README's recipe table):
+- block FP8 W8A8 (weights `fp8_block`, activations `fp8_group128`, no layer kept BF16) is vLLM's own FP8
+  kernel through verl's `rollout.quantization=fp8`: verl asks vLLM for 128x128 weight tiles and dynamic
+  activation scales (workers/rollout/vllm_rollout/vllm_async_server.py:1238-1262) and quantizes each
+  synced BF16 bucket in the worker (utils/vllm/vllm_quant_utils.py:439-453, from utils.py:393);
+- the FP8 KV cache is vLLM's own (`kv_cache_dtype`, `kv_cache_dtype_skip_layers`);
+- weight recipes vLLM has no on-the-fly path for (Model Optimizer-style per-tensor FP8, block FP8 with
+  layers kept BF16 or without activations, NVFP4) and Gaussian noise are emulated: opd.backends.verl.hook
+  applies opd.quant's functions to the synced weights, and vLLM computes with the dequantized values;
+- other activation recipes are refused (plan.errors): vLLM quantizes activations only inside its own
+  quantized kernels, and verl 0.9.1 offers only the FP8 one for a BF16 checkpoint (NVFP4 needs a
+  Model Optimizer or compressed-tensors checkpoint from quantization-aware training, verl's `qat`).
 """
 from __future__ import annotations
 
@@ -33,7 +42,7 @@ from opd.rows import Row
 
 from .layout import Layout
 from .layout import layout as layout_of
-from .plan import schedule
+from .plan import native_quantization, schedule
 
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
@@ -85,9 +94,10 @@ def vllm_kv_args(row: dict, n_layers: int) -> dict:
 def weight_numerics(row: dict, seed: int) -> dict | None:
     """What the weight-sync hook applies, or None when the row leaves the weights alone."""
     r = Row.of(row)
-    if r.weights == "none" and not r.noise_sigma:
+    weights = "none" if native_quantization(r) else r.weights  # vLLM quantizes those weights itself
+    if weights == "none" and not r.noise_sigma:
         return None
-    return {"weights": r.weights, "bf16_layers": list(r.bf16_layers), "noise_sigma": r.noise_sigma,
+    return {"weights": weights, "bf16_layers": list(r.bf16_layers), "noise_sigma": r.noise_sigma,
             "noise_seed": int(seed)}
 
 
@@ -188,6 +198,8 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True"]
     if r.variant == "tis":
         o += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
+    if native_quantization(r):
+        o.append(f"{rollout}.quantization={native_quantization(r)}")
     o += [f"+{rollout}.engine_kwargs.vllm.{k_}={hydra_value(v_)}" for k_, v_ in vllm_kv_args(row, n_layers).items()]
     numerics = weight_numerics(row, seed)
     if numerics:

@@ -61,6 +61,34 @@ def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
     return out
 
 
+# (weights, activations) -> verl's `rollout.quantization`: the pairs vLLM runs with its own kernels
+NATIVE = {("fp8_block", "fp8_group128"): "fp8"}
+
+
+def native_quantization(row: dict | Row) -> str | None:
+    """verl's `rollout.quantization` when vLLM runs the row's weights and activations with its own kernels
+    (verl's FP8 config keeps no decoder layer BF16: it ignores only MoE gates), else None."""
+    r = Row.of(row)
+    return NATIVE.get((r.weights, r.activations)) if not r.bf16_layers else None
+
+
+def kernels(row: dict | Row) -> dict:
+    """Per numerics field of the row: how the verl backend's engine computes it ("vLLM kernel",
+    "emulated by the weight-sync hook", or "not available" where plan.errors refuses the row)."""
+    r = Row.of(row)
+    native = native_quantization(r) is not None
+    out = {}
+    if r.weights != "none":
+        out["weights"] = "vLLM kernel" if native else "emulated by the weight-sync hook"
+    if r.activations != "none":
+        out["activations"] = "vLLM kernel" if native else "not available"
+    if r.kv_cache != "none":
+        out["kv_cache"] = "vLLM kernel" if recipe("kv_cache", r.kv_cache).vllm else "not available"
+    if r.noise_sigma:
+        out["noise_sigma"] = "emulated by the weight-sync hook"
+    return out
+
+
 def errors(row: dict, experiment: dict) -> list[str]:
     """What verl 0.9.1 cannot run of `row` in an experiment (config.yaml's shape), as `field: reason`
     (config.py prefixes experiment and row)."""
@@ -75,10 +103,13 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"variant: {r.variant} is not available in verl 0.9.1: the OPD advantage is fixed to minus "
                    f"the k1 loss (trainer/distillation/losses.py:268-286) and its policy loss must be 'vanilla' "
                    f"(workers/config/distillation.py:106-110), so there is no place for a score baseline or offset")
-    if r.activations != "none":
-        out.append(f"activations: {r.activations!r} is not mapped to vLLM yet: vLLM quantizes activations only in its "
-                   f"own quantized kernels (a quantized checkpoint or `quantization=`), and the weight-sync hook "
-                   f"changes weights only; use the tiny backend for activation recipes")
+    if r.activations != "none" and not native_quantization(r):
+        pairs = ", ".join(f"weights {w!r} with activations {a!r}" for w, a in NATIVE)
+        out.append(f"activations: {r.activations!r} with weights {r.weights!r}"
+                   f"{' and layers kept BF16' if r.bf16_layers else ''} has no vLLM kernel in verl 0.9.1: vLLM "
+                   f"quantizes activations only inside its own quantized kernels, verl offers them for a BF16 "
+                   f"checkpoint as `rollout.quantization` ({pairs}, no layer kept BF16), and the weight-sync hook "
+                   f"changes weights only; use that pair, or the tiny backend for this recipe")
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
