@@ -20,8 +20,9 @@ from opd.rows import Row  # noqa: E402
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7837", "#c51b7d", "#4d4d4d"
 SERIES_COLORS = ("#2166ac", "#b2182b", "#1b7837", "#762a83", "#e08214", "#4d4d4d")  # lines without a family
-FAMILY_COLORS = {"baseline": "#000000", "weights": "#2166ac", "kv_cache": "#b2182b", "staleness": "#5aae61",
-                 "noise": "#e08214", "combined": "#762a83", "rl": "#878787"}
+# one colour per opd.rows.Row.family, in the order figures list them
+FAMILY_COLORS = {"baseline": "#000000", "weights": "#2166ac", "activations": "#01665e", "kv_cache": "#b2182b",
+                 "staleness": "#5aae61", "noise": "#e08214", "combined": "#762a83", "rl": "#878787"}
 STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "legend.fontsize": 6, "xtick.labelsize": 6,
          "ytick.labelsize": 6, "lines.linewidth": 1.0, "lines.markersize": 3.5, "axes.spines.top": False,
          "axes.spines.right": False, "figure.dpi": 200, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
@@ -43,6 +44,109 @@ def delta_axis(ax, values_pct) -> None:
     ticks = [t for t in (-100, -50, -20, 0, 20, 50, 100, 300, 1000, 3000, 10000) if 1.5 * bottom <= t <= 1.5 * top]
     ax.set_yticks(ticks, [f"{t:+d}" if t else "0" for t in ticks])
     ax.minorticks_off()
+
+
+# ---------------------------------------------------------------- what every figure needs
+# Three rules every figure script follows, written once here:
+# 1. a panel that stands alone carries its own legend, of its own handles (`panel_legend`);
+# 2. a value axis includes its reference, 0 or the baseline's value (`include_reference`), so that a
+#    difference is drawn to scale;
+# 3. labels never collide: line labels are spread apart (`label_lines`, `spread`), and become a legend
+#    where they cannot all fit.
+
+LEGEND = {"frameon": False, "fontsize": 5.5, "handlelength": 1.6, "borderaxespad": 0.3, "labelspacing": 0.3}
+
+
+def panel_legend(ax, below: bool = False, **kw):
+    """This panel's own legend (every panel that stands alone has one): inside the panel where matplotlib
+    finds room, or under it (`below`, for a panel whose lines fill it)."""
+    opts = {**LEGEND, **({"loc": "upper center", "bbox_to_anchor": (0.5, -0.22)} if below else {}), **kw}
+    return ax.legend(**opts)
+
+
+def include_reference(ax, ref: float = 0.0, axis: str = "y", margin: float = 0.04) -> None:
+    """Widen the axis so that it includes `ref` (0, or the baseline's value; positive on a log axis), with
+    `margin` (a fraction of the span) beyond it, so that a difference from the reference is drawn to scale."""
+    get, set_ = (ax.get_ylim, ax.set_ylim) if axis == "y" else (ax.get_xlim, ax.set_xlim)
+    lo, hi = get()
+    if lo <= ref <= hi:
+        return
+    span = max(hi, ref) - min(lo, ref)
+    set_(min(lo, ref - margin * span * (ref <= lo)), max(hi, ref + margin * span * (ref >= hi)))
+
+
+def spread(y, gap: float, lo: float = -np.inf, hi: float = np.inf) -> np.ndarray:
+    """Label positions as close as possible (least squares) to `y` with at least `gap` between neighbours
+    and the order of `y` kept, inside [lo, hi] where they fit: isotonic regression of y_(i) - i * gap."""
+    from scipy.optimize import isotonic_regression
+    y = np.asarray(y, dtype=float)
+    if y.size == 0:
+        return y.copy()
+    order = np.argsort(y, kind="stable")
+    steps = gap * np.arange(y.size)
+    q = isotonic_regression(y[order] - steps).x
+    if hi - lo >= gap * (y.size - 1):
+        q = np.clip(q, lo, hi - steps[-1])
+    out = np.empty_like(y)
+    out[order] = q + steps
+    return out
+
+
+def _freeze(ax) -> float:
+    """Fix the axis limits and lay the figure out; returns the axes' height in points."""
+    ax.set_xlim(ax.get_xlim())
+    ax.set_ylim(ax.get_ylim())
+    ax.figure.draw_without_rendering()
+    return ax.get_window_extent().height * 72 / ax.figure.dpi
+
+
+def _annotate_spread(ax, anchors, labels, colors, gap: float, pad_pt: float, fontsize: float) -> list:
+    """Labels right of their anchors (data coordinates), moved apart vertically (`spread`, in axes fraction)
+    with a thin leader where one moved."""
+    import matplotlib.transforms as mtransforms
+    y_frac = [ax.transAxes.inverted().transform(ax.transData.transform(a))[1] for a in anchors]
+    placed = spread(y_frac, gap, gap / 2, 1 - gap / 2)
+    where = mtransforms.offset_copy(mtransforms.blended_transform_factory(ax.transData, ax.transAxes),
+                                    fig=ax.figure, x=pad_pt, y=0, units="points")
+    return [ax.annotate(label, xy=a, xycoords="data", xytext=(a[0], yp), textcoords=where, fontsize=fontsize,
+                        color=c, va="center", ha="left", annotation_clip=False,
+                        arrowprops={"arrowstyle": "-", "lw": 0.3, "color": c, "shrinkA": 0, "shrinkB": 1.5}
+                        if abs(yp - yf) > gap / 4 else None)
+            for a, label, c, yf, yp in zip(anchors, labels, colors, y_frac, placed)]
+
+
+def label_lines(ax, lines, labels, gap_pt: float = 6.5, pad_pt: float = 10.0):
+    """Label each line at its right end, the labels spread apart (`spread`, in the axes' own scale) so that
+    none overlaps another, with a thin leader where a label moved. Where they cannot all fit in the panel's
+    height, a legend of these lines instead. Call after plotting: it freezes the axis limits."""
+    gap = 1.1 * gap_pt / _freeze(ax)  # in axes fraction
+    if len(lines) * gap > 1:
+        return panel_legend(ax, handles=list(lines), labels=list(labels))
+    return _annotate_spread(ax, [(ln.get_xdata()[-1], ln.get_ydata()[-1]) for ln in lines], labels,
+                            [ln.get_color() for ln in lines], gap, pad_pt, LEGEND["fontsize"])
+
+
+def label_points(ax, xs, ys, labels, colors, gap_pt: float = 5.5, pad_pt: float = 3.0, fontsize: float = 5):
+    """Short labels just right of points; those at the same x spread apart so that none overlaps another.
+    Call after plotting: it freezes the axis limits."""
+    gap = 1.1 * gap_pt / _freeze(ax)
+    texts = []
+    for x in dict.fromkeys(xs):
+        i = [j for j, xj in enumerate(xs) if xj == x]
+        texts += _annotate_spread(ax, [(xs[j], ys[j]) for j in i], [labels[j] for j in i], [colors[j] for j in i],
+                                  gap, pad_pt, fontsize)
+    return texts
+
+
+VERDICT_RULE = "seed-aware rule (the paper's where a row lacks seeds)"
+
+
+def verdict(frame: pd.DataFrame, prefix: str = "") -> pd.Series:
+    """Each row's verdict as the figures show it (VERDICT_RULE): `<prefix>verdict_seeds` where known, else
+    `<prefix>verdict` (the analysis's columns; prefix "opd_" for the RL table's OPD columns)."""
+    seeds = frame[f"{prefix}verdict_seeds"] if f"{prefix}verdict_seeds" in frame else None
+    paper = frame[f"{prefix}verdict"]
+    return paper if seeds is None else seeds.where(seeds.notna(), paper)
 
 
 def input_hashes(inputs) -> dict[str, str]:

@@ -102,12 +102,15 @@ class Row:
 
     @property
     def family(self) -> str:
-        """Which mismatch source a row is about, for colours and grouping."""
+        """Which mismatch source a row is about, for colours and grouping: quantized weights alone
+        ("weights"), quantized activations (with their weights or not: "activations"), the KV cache,
+        staleness, noise, or more than one ("combined")."""
         if self.baseline:
             return "baseline"
         if self.algorithm != "opd":
             return "rl"
-        kinds = [k for k, on in (("weights", self.weights != "none" or self.activations != "none"),
+        kinds = [k for k, on in (("weights", self.weights != "none" and self.activations == "none"),
+                                 ("activations", self.activations != "none"),
                                  ("kv_cache", self.kv_cache != "none"),
                                  ("staleness", self.staleness > 0), ("noise", self.noise_sigma > 0)) if on]
         if not kinds:  # the standard engine under other training settings (an ablation's reference)

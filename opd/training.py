@@ -3,12 +3,13 @@ computes it (opd.backends.JOBS): run.json around the backend's training, and the
 multi-task job. Plain JSON-able arguments, so submitit can pickle them for Slurm."""
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from opd import config as C
-from opd import backends, provenance, store
+from opd import backends, progress, provenance, store
 from opd.rows import Row
 
 
@@ -36,7 +37,7 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     t = time.perf_counter()
     train_run = backends.job("train", spec["backend"])
     if spec["backend"] == "tiny":
-        train_run(spec, run_dir, progress=_progress(spec["run_id"]))
+        train_run(spec, run_dir, progress=progress.steps_callback(spec["run_id"]))
     else:
         train_run(spec, run_dir)
     # hardware again at the end: as the job ran (the backend sets its thread count)
@@ -45,7 +46,22 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
                 wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0),
                 files=store.file_records(run_dir))
     store.write_json(meta, meta_path)
+    print(summary(spec["run_id"], run_dir, meta["wall_s"]), file=sys.stderr, flush=True)
     return meta
+
+
+def summary(run_id: str, run_dir, wall_s: float) -> str:
+    """The run's one-line summary from the files it wrote: steps, final held-out KL (mean over the last
+    evaluation's prompts), wall time (all attempts)."""
+    run_dir = Path(run_dir)
+    steps = progress.table_rows(run_dir / "steps.parquet") if (run_dir / "steps.parquet").exists() else 0
+    kl = step = None
+    if (run_dir / "heldout.parquet").exists():
+        held = store.read_table(run_dir / "heldout.parquet")
+        if len(held):
+            step = int(held["step"].max())
+            kl = float(held.loc[held["step"] == step, "kl"].mean())
+    return progress.training_summary(run_id, steps, kl, step, wall_s)
 
 
 def train_worker(spec: dict, run_dir) -> None:
@@ -55,22 +71,3 @@ def train_worker(spec: dict, run_dir) -> None:
     if spec["backend"] == "verl":
         from opd.backends.verl import gpu
         gpu.train_worker(spec, Path(run_dir))
-
-
-def _progress(label: str):
-    """A tqdm bar on stderr when it is a terminal, else a line every tenth of the run."""
-    import sys
-
-    from tqdm import tqdm
-    bar = {}
-
-    def report(n, total, row):
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, initial=n - 1, desc=label, disable=not sys.stderr.isatty(), leave=False)
-        bar["bar"].update(1)
-        bar["bar"].set_postfix(d_n=f"{row['d_n']:.4f}", loss=f"{row['loss']:.3f}")
-        if not sys.stderr.isatty() and (n % max(1, total // 10) == 0 or n == total):
-            print(f"{label}: step {n}/{total} d_n={row['d_n']:.4f} loss={row['loss']:.3f}", file=sys.stderr, flush=True)
-        if n == total:
-            bar["bar"].close()
-    return report

@@ -42,7 +42,7 @@ def panel(ax, v, budget, tau: float, student: str):
     ax.set_ylabel("Δ held-out KL vs standard engine (%)")
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
     ax.set_title(f"student {student}: {RULE_TITLE[rule]}, {n_runs} seeds per row")
-    ax.legend(loc="upper left", frameon=False, ncol=2, fontsize=5)
+    report.panel_legend(ax, loc="upper left", ncol=2, fontsize=5)
 
 
 def main(inp, out, params):

@@ -10,7 +10,7 @@ def main(inp, out, params):
     rows = rows[rows["algorithm"] == "opd"]
     st = st[(st["student"] == params.primary)].merge(rows[["name", "family", "variant"]], left_on="config",
                                                      right_on="name")
-    fams = [f for f in ("weights", "kv_cache", "staleness", "noise", "combined") if f in set(st["family"])]
+    fams = [f for f in report.FAMILY_COLORS if f not in ("baseline", "rl") and f in set(st["family"])]
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.6, ncols=len(fams), sharey=True, squeeze=False)
     base = st[st["config"] == params.baseline].groupby("step")["d_n"].mean()
     for ax, fam in zip(axes[0], fams):
@@ -23,7 +23,7 @@ def main(inp, out, params):
         ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
         ax.set_title(fam)
         ax.set_xlabel("step")
-        ax.legend(frameon=False, fontsize=4.5, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=1)
+        report.panel_legend(ax, below=True, fontsize=4.5, bbox_to_anchor=(0.5, -0.32))
     axes[0][0].set_ylabel("d_n (nats/token)")
     report.save_figure(fig, out.pdf, out.png, inp)
 

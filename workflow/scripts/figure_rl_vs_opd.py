@@ -1,5 +1,6 @@
-"""Paper Fig. 8: RL and OPD under the same engines. RL's held-out accuracy per algorithm, and OPD's
-held-out KL under the engines RL was given."""
+"""Paper Fig. 8: RL and OPD under the same engines. RL's held-out accuracy per algorithm (axis from 0), and
+OPD's held-out KL under the engines RL was given (axis from 0), each engine with its verdict from the
+analysis (opd.report.verdict) and the panel's title counting the engines that fail the rule."""
 from opd import report, scripts, store
 
 ENGINE_COLORS = ["#000000", "#e08214", "#2166ac", "#b2182b", "#5aae61", "#762a83"]
@@ -12,7 +13,7 @@ def main(inp, out, params):
     curves = held.groupby(["student", "config", "step"])[["kl", "correct"]].mean().reset_index()
     curves = curves[curves["student"] == params.primary]
     algos = sorted(rl["algorithm"].unique())
-    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=len(algos) + 1, squeeze=False)
+    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.8, ncols=len(algos) + 1, squeeze=False)
     axes = axes[0]
     plain = rl[rl["variant"] == "none"]
     engines = list(dict.fromkeys(plain.sort_values("D")["opd_config"].fillna("")))
@@ -26,16 +27,27 @@ def main(inp, out, params):
         ax.set_title(f"{algo}: held-out accuracy")
         ax.set_xlabel("step")
         ax.set_ylabel("accuracy (%)")
-        ax.legend(frameon=False, fontsize=4.8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+        report.include_reference(ax, 0)
+        report.panel_legend(ax, below=True)
     ax = axes[-1]
+    opd = plain.drop_duplicates("opd_config").set_index("opd_config")
+    verdict = report.verdict(opd, prefix="opd_")
+    judged = [e for e in engines if e != params.baseline and e in verdict.index]
+    n_fail = sum(verdict[e] == "fail" for e in judged)
     for eng in engines:
         c = curves[curves["config"] == eng]
-        if len(c):
-            ax.plot(c["step"], c["kl"], "-", marker="o", ms=2, color=color[eng], label=eng)
-    ax.set_title("OPD under the same engines: held-out KL")
+        if not len(c):
+            continue
+        what = ("standard engine" if eng == params.baseline
+                else f"{verdict[eng]}, Δ = {opd.loc[eng, 'opd_delta']:+.0%}" if eng in verdict.index else "not judged")
+        ax.plot(c["step"], c["kl"], "-", marker="X" if eng in judged and verdict[eng] == "fail" else "o", ms=2.5,
+                color=color[eng], label=f"{eng} ({what})")
+    ax.set_title(f"OPD under the same engines: held-out KL\n{n_fail} of {len(judged)} engines fail the rule "
+                 f"(τ = {params.tau:.0%})")
     ax.set_xlabel("step")
     ax.set_ylabel("KL(student‖teacher) per token")
-    ax.legend(frameon=False, fontsize=4.8, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    report.include_reference(ax, 0)
+    report.panel_legend(ax, below=True, title=f"verdict: {report.VERDICT_RULE}", title_fontsize=5)
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

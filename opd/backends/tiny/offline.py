@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opd import store
+from opd import progress, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
 
@@ -22,10 +22,13 @@ from .trainer import offline_mismatch, set_threads, step_generator, train_run
 
 
 def base_job(spec: dict, out: Path) -> None:
+    t0 = time.perf_counter()
     set_threads(spec)
     s = spec["student_spec"]
-    losses = train_base(s, spec["task_seed"], s.get("seed", 0), out)
+    losses = train_base(s, spec["task_seed"], s.get("seed", 0), out, label=f"base {spec['student']}")
     store.write_json({"student": spec["student"], "spec": s, **losses}, Path(out) / "base.json")
+    progress.done(f"base {spec['student']}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
+                  **losses)
 
 
 def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: int) -> torch.Tensor:
@@ -66,28 +69,33 @@ def kv_attribution_job(spec: dict, out: Path) -> None:
 def throughput_job(spec: dict, out: Path) -> None:
     """Short OPD runs at each staleness k with no evaluation, timing the trainer's steps (measured, on
     this machine's cores: rollout and training overlap in two threads when k > 0)."""
+    t0 = time.perf_counter()
     set_threads(spec)
     frames = []
     for k in spec["ks"]:
         with tempfile.TemporaryDirectory() as d:
             run = {**spec, "run_id": f"throughput.k{k}", "row": {"name": f"k{k}", "staleness": k},
                    "settings": {**spec["settings"], "steps": spec["steps"], "eval_every": 0}}
-            train_run(run, Path(d))
+            train_run(run, Path(d), progress=progress.steps_callback(f"throughput k={k}"))
             frames.append(store.read_table(Path(d) / "steps.parquet").assign(k=k))
     store.write_table(pd.concat(frames, ignore_index=True), out)
+    progress.done("throughput", [out], t0, ks=",".join(map(str, spec["ks"])), steps_per_k=spec["steps"])
 
 
 @torch.no_grad()
 def memory_bound_job(spec: dict, out: Path) -> None:
     """Engine generation rate when the KV cache budget holds `kv_budget_sequences` BF16 sequences and a
     step asks for more: an FP8 cache holds twice the sequences per wave."""
+    t0 = time.perf_counter()
     set_threads(spec)
     student = M.load(spec["student_path"])
     train, _ = make_task(spec["task_seed"])
     P = train.prompts([0]).shape[1]
     budget = spec["kv_budget_sequences"] * KVCache.bytes_per_sequence(student.cfg, P + RESPONSE_LEN, Numerics())
     rows = []
-    for recipe, keep in [("none", ()), ("fp8_e4m3", ()), ("fp8_e4m3", (0,))]:
+    caches = [("none", ()), ("fp8_e4m3", ()), ("fp8_e4m3", (0,))]
+    bar = progress.Progress("memory-bound", len(caches) * len(spec["batches"]), "case")
+    for recipe, keep in caches:
         engine = Engine(student.cfg, Numerics(kv_cache=recipe, bf16_layers=keep), kv_budget_bytes=budget)
         engine.load(student.state_dict())
         for batch in spec["batches"]:
@@ -104,5 +112,7 @@ def memory_bound_job(spec: dict, out: Path) -> None:
             rows.append({"kv_cache": recipe if not keep else f"{recipe}-l0", "batch": batch, "seconds": best[0],
                          "tokens": best[1], "waves": best[2], "tokens_per_s": best[1] / best[0],
                          "concurrent": min(batch, engine.max_batch(P + RESPONSE_LEN))})
+            bar.update(kv_cache=rows[-1]["kv_cache"], batch=batch, tokens_per_s=rows[-1]["tokens_per_s"])
     store.write_table(pd.DataFrame(rows), out)
+    progress.done("memory-bound", [out], t0)
 

@@ -76,7 +76,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opd import store
+from opd import progress, store
 from opd.rows import Row
 
 from . import model as M
@@ -390,17 +390,24 @@ def probes_job(spec: dict, out: Path) -> None:
     t0 = time.perf_counter()
     workers = max(1, min(int(spec.get("threads", 1)), len(spec["runs"])))
     tasks = [(spec, r) for r in spec["runs"]]
+    bar = progress.Progress("probes", len(tasks), "run")
+    results = []
     if workers == 1:
-        results = [probe_run(*t) for t in tasks]
-    else:  # processes, one torch thread each
+        for t in tasks:
+            results.append(probe_run(*t))
+            bar.update(config=results[-1][0][0]["config"] if results[-1][0] else "")
+    else:  # processes, one torch thread each; results in the runs' order, as each is ready
         with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            results = list(pool.map(_probe_run_star, tasks))
+            for res in pool.map(_probe_run_star, tasks):
+                results.append(res)
+                bar.update(config=res[0][0]["config"] if res[0] else "")
     rows = [r for res in results for r in res[0]]
     table = pd.DataFrame(rows).assign(run_s=[res[2][0] for res in results for _ in res[0]],
                                       run_cpu_s=[res[2][1] for res in results for _ in res[0]],
                                       job_s=time.perf_counter() - t0)
     store.write_table(table, out)
     store.write_table(pd.concat([s for res in results for s in res[1]], ignore_index=True), prefix_path(out))
+    progress.done("probes", [out, prefix_path(out)], t0, runs=len(tasks), workers=workers)
 
 
 def prefix_path(out) -> Path:

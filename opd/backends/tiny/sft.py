@@ -32,9 +32,12 @@ def sft_loss(model: M.Decoder, prompts: torch.Tensor, solutions: torch.Tensor) -
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID)
 
 
-def train_base(student: dict, task_seed: int, seed: int, out_dir) -> dict:
-    """Train and save `student.pt` and `teacher.pt`; returns the loss curve summary."""
+def train_base(student: dict, task_seed: int, seed: int, out_dir, label: str = "base") -> dict:
+    """Train and save `student.pt` and `teacher.pt`; returns the loss curve summary. Progress (opd.progress)
+    under `label`."""
     from pathlib import Path
+
+    from opd.progress import Progress
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
@@ -47,6 +50,7 @@ def train_base(student: dict, task_seed: int, seed: int, out_dir) -> dict:
         0.1 + 0.45 * (1 + math.cos(math.pi * min(i, total) / total))))
     rng = np.random.default_rng([seed, 7])
     losses = {}
+    bar = Progress(label, total, "step")
     for step in range(1, total + 1):
         idx = rng.integers(0, len(train), size=student["sft_batch"])
         loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
@@ -58,6 +62,7 @@ def train_base(student: dict, task_seed: int, seed: int, out_dir) -> dict:
         if step == student["student_steps"]:
             M.save(model, out_dir / "student.pt")
             losses["student_loss"] = loss.item()
+        bar.update(loss=loss.item())
     M.save(model, out_dir / "teacher.pt")
     losses["teacher_loss"] = loss.item()
     return losses
