@@ -195,11 +195,20 @@ def resolve_layers(layers, n_layers: int) -> set[int]:
     return out
 
 
-def kv_attribution_cases(n_layers: int) -> list[tuple[str, int, tuple[int, ...]]]:
-    """(mode, layer, layers kept BF16) of the per-layer KV-cache attribution: every layer quantized
-    ("all", layer -1), one layer at a time ("only"), all layers but one ("all_but")."""
-    return [("all", -1, ())] + [("only", i, tuple(j for j in range(n_layers) if j != i)) for i in range(n_layers)] + \
-        [("all_but", i, (i,)) for i in range(n_layers)]
+KV_PARTS = {"kv": "keys and values", "k": "keys only", "v": "values only"}  # what a quantized KV-cache layer stores in FP8
+
+
+def kv_attribution_cases(n_layers: int, parts=tuple(KV_PARTS)) -> list[tuple[str, int, tuple[int, ...], str]]:
+    """(mode, layer, layers kept BF16, part) of the per-layer KV-cache attribution: every layer quantized
+    ("all", layer -1), one layer at a time ("only"), all layers but one ("all_but"). `part` says what the
+    quantized layers store in FP8 (KV_PARTS): "all" and "only" run once per part in `parts` (keys-only and
+    values-only split a layer's effect between key and value rounding); "all_but" with keys and values."""
+    for p in parts:
+        if p not in KV_PARTS:
+            raise ValueError(f"unknown KV-cache part {p!r}; known: {sorted(KV_PARTS)}")
+    return [("all", -1, (), p) for p in parts] + \
+        [("only", i, tuple(j for j in range(n_layers) if j != i), p) for i in range(n_layers) for p in parts] + \
+        [("all_but", i, (i,), "kv") for i in range(n_layers)]
 
 
 def engine_weights(state: dict, *, weights: str = "none", noise_sigma: float = 0.0, noise_seed: int = 0,

@@ -239,35 +239,125 @@ def seed_noise(heldout: pd.DataFrame, config: str, n_boot: int = 2000, seed: int
             pd.DataFrame(summary, columns=["student", "config", "n_seeds", "sd_single", "sd_run", "se_problem"]))
 
 
+def ratio_se(num, den, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A ratio of sums over units, sum(num) / sum(den), and its bootstrap standard error from resampling
+    the units with replacement (the SD of the resampled ratios; NaN with fewer than two units). For the
+    offline estimate D_hat the units are prompts: num = each prompt's summed log-ratio over its
+    responses' tokens, den = its token count."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    est = float(num.sum() / den.sum())
+    if len(num) < 2:
+        return est, float("nan")
+    boot = problem_resamples(num[:, None], den, n_boot, seed)[:, 0] + 1.0
+    return est, float(np.std(boot, ddof=1))
+
+
+def sequence_frame(sums, tokens, n_responses: int, **keys) -> pd.DataFrame:
+    """The sequences of an offline estimate as both backends write them: one row per sequence, prompts in
+    order with n_responses consecutive sequences each; columns: the keys, prompt, response, logratio_sum
+    (sum over the response's tokens of log q - log p), n_tokens."""
+    i = np.arange(len(sums))
+    return pd.DataFrame({**keys, "prompt": i // n_responses, "response": i % n_responses,
+                         "logratio_sum": np.asarray(sums, dtype=float), "n_tokens": np.asarray(tokens, dtype=np.int64)})
+
+
+def offline_estimates(seqs: pd.DataFrame, keys: list[str], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """D_hat with its bootstrap standard error over prompts, per group of `keys`. `seqs` holds one row per
+    sampled sequence: the keys, `prompt`, `logratio_sum` (sum over the response's tokens of log q - log p)
+    and `n_tokens`. D_hat = sum of log-ratios / sum of tokens (the d_n formula); the bootstrap resamples
+    prompts, each with all its responses. Returns keys, d_hat, se, n_prompts, n_sequences, n_tokens."""
+    out = []
+    for key, g in seqs.groupby(keys, sort=False):
+        per = g.groupby("prompt")[["logratio_sum", "n_tokens"]].sum()
+        d, se = ratio_se(per["logratio_sum"], per["n_tokens"], n_boot, seed)
+        out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "d_hat": d, "se": se,
+                    "n_prompts": len(per), "n_sequences": len(g), "n_tokens": int(g["n_tokens"].sum())})
+    return pd.DataFrame(out, columns=[*keys, "d_hat", "se", "n_prompts", "n_sequences", "n_tokens"])
+
+
+def prompts_for_relative_se(num, den, ns, target: float = 1 / 3, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The standard error of D_hat from the first n prompts, for each n in `ns` (num, den per prompt as in
+    ratio_se), against `target` x the D_hat of all prompts: columns n, d_hat (first n), se, relative
+    (se / D_hat of all prompts), meets (relative <= target)."""
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    full = num.sum() / den.sum()
+    rows = []
+    for n in ns:
+        d, se = ratio_se(num[:n], den[:n], n_boot, seed)
+        rows.append({"n": int(n), "d_hat": d, "se": se, "relative": se / full, "meets": bool(se <= target * full)})
+    return pd.DataFrame(rows)
+
+
 def admit(d_hat: float, alpha: float = 1.5, L: float = 0.41) -> bool:
     """Admit a candidate engine iff alpha * D_hat < L."""
     return bool(alpha * d_hat < L)
 
 
-def admission_record(admission: pd.DataFrame, verdicts: pd.DataFrame, alpha: float, L: float) -> pd.DataFrame:
-    """Each candidate's offline decision against its training outcome: admit, D (in training), the
-    in-training / offline ratio, the verdict, and whether the decision agreed with it."""
+def admission_record(admission: pd.DataFrame, verdicts: pd.DataFrame, alpha: float, L: float,
+                     baselines=()) -> pd.DataFrame:
+    """Each engine's offline decision against its training outcome: D_hat and its standard error (from
+    `offline_estimates`), admit, D (in training), the in-training / offline ratio, the verdict, whether
+    the decision agreed with it, and whether the engine is a `candidate` (not one of `baselines`, the
+    standard engine every other is compared with: its decision is not a decision)."""
     rec = admission.merge(verdicts[["student", "config", "D", "verdict"]], on=["student", "config"], how="left")
     rec["alpha"], rec["L"] = float(alpha), float(L)
     rec["admit"] = alpha * rec["d_hat"] < L
     rec["ratio"] = np.where(rec["d_hat"] > 0, rec["D"] / rec["d_hat"].where(rec["d_hat"] > 0), np.nan)
     rec["outcome"] = rec["verdict"]
     rec["agrees"] = np.where(rec["outcome"].isna(), np.nan, rec["admit"] == (rec["outcome"] == "pass"))
-    cols = ["student", "config", "d_hat", "alpha", "L", "admit", "D", "ratio", "outcome", "agrees"]
+    rec["candidate"] = ~rec["config"].isin(list(baselines))
+    cols = ["student", "config", "candidate", "d_hat", "se", "n_prompts", "n_sequences", "alpha", "L", "admit", "D",
+            "ratio", "outcome", "agrees"]
     return rec[cols].sort_values(["student", "d_hat"], ignore_index=True)
 
 
 def admission_summary(record: pd.DataFrame, ratio_floor: float) -> dict:
-    """What the record implies: the alpha a pilot would set (the largest in-training/offline ratio among
-    candidates whose offline estimate is at least ratio_floor, below which the ratio is sampling noise),
-    and the retrospective L (the largest D that passed)."""
-    r = record[(record["d_hat"] >= ratio_floor) & record["ratio"].notna()]
-    passed = record[record["outcome"] == "pass"]
-    known = record["agrees"].notna()
+    """What the record implies, over candidate engines only (a baseline is not a decision): how many
+    decisions have a training outcome and how many agree with it, how many "admit everything" would get
+    right (the candidates that passed), the alpha a pilot would set (the largest in-training/offline
+    ratio among candidates whose offline estimate is at least ratio_floor, below which the ratio is
+    sampling noise), the retrospective L (the largest D that passed), and the range of D_hat's standard
+    error relative to D_hat among candidates with D_hat >= ratio_floor."""
+    c = record[record["candidate"].astype(bool)]
+    known = c[c["agrees"].notna()]
+    r = c[(c["d_hat"] >= ratio_floor) & c["ratio"].notna()]
+    passed = c[c["outcome"] == "pass"]
+    big = c[c["d_hat"] >= ratio_floor]
+    rel = big["se"] / big["d_hat"]
     return {"alpha_implied": float(r["ratio"].max()) if len(r) else float("nan"),
             "L_retrospective": float(passed["D"].max()) if len(passed) else float("nan"),
-            "n_decisions": int(known.sum()), "n_agree": int(record.loc[known, "agrees"].astype(bool).sum()),
+            "n_decisions": int(len(known)), "n_agree": int(known["agrees"].astype(bool).sum()),
+            "n_admit_all_agree": int((known["outcome"] == "pass").sum()),
+            "n_baseline": int((~record["candidate"].astype(bool)).sum()),
+            "se_relative_min": float(rel.min()) if len(rel) else float("nan"),
+            "se_relative_max": float(rel.max()) if len(rel) else float("nan"),
             "ratio_floor": float(ratio_floor)}
+
+
+COLLAPSE_CRITERIA = ("accuracy", "entropy", "length")
+RL_COLLAPSE_DEFAULTS = {"accuracy_points": 5.0, "entropy_factor": 1.5, "length_factor": 1.2}  # config: rl_collapse
+
+
+def rl_collapse(table: pd.DataFrame, accuracy_points: float, entropy_factor: float, length_factor: float) -> pd.DataFrame:
+    """The paper's RL collapse rule, thresholds fixed in advance, each criterion on held-out against the same
+    algorithm on the standard engine at the final evaluation: accuracy at least `accuracy_points` below
+    (`accuracy_change`, points), or the mean per-token entropy of the policy on its held-out responses
+    (`entropy_ratio`) or the mean held-out response length (`length_ratio`) off by at least the factor
+    either way (a collapsed policy degenerates into a few tokens or into noise). A ratio that is
+    missing (not measured) does not fire. Adds one boolean column per criterion (collapse_<name>),
+    `collapsed` (any) and `collapse_criteria` (the names that fired, joined by '+'; '' when none)."""
+    t = table.copy()
+
+    def off(ratio, factor):
+        r = pd.to_numeric(ratio, errors="coerce").to_numpy(dtype=float)
+        return np.isfinite(r) & ((r <= 1 / factor) | (r >= factor))
+    fired = {"accuracy": (pd.to_numeric(t["accuracy_change"]).to_numpy(dtype=float) <= -accuracy_points),
+             "entropy": off(t["entropy_ratio"], entropy_factor), "length": off(t["length_ratio"], length_factor)}
+    for name in COLLAPSE_CRITERIA:
+        t[f"collapse_{name}"] = fired[name].astype(bool)
+    t["collapsed"] = np.logical_or.reduce([fired[n] for n in COLLAPSE_CRITERIA])
+    t["collapse_criteria"] = ["+".join(n for n in COLLAPSE_CRITERIA if fired[n][i]) for i in range(len(t))]
+    return t
 
 
 def time_to_target(curve: pd.DataFrame, target: float) -> float:

@@ -36,6 +36,17 @@ STEPS = pa.schema({**_ID, "d_n": pa.float64(), "seq_logratio_p90": pa.float64(),
 HELDOUT = pa.schema({**_ID, "prompt_id": pa.int64(), "kl": pa.float64(), "kl_sampled": pa.float64(),
                      "n_tokens": pa.int64(), "correct": pa.float64()}.items())
 SCHEMAS = {"steps.parquet": STEPS, "heldout.parquet": HELDOUT}
+# Columns a writer may add and a reader checks when present (runs written before the column existed, or by
+# a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
+# policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).
+OPTIONAL = {"heldout.parquet": pa.schema({"entropy": pa.float64()}.items())}
+
+
+def _optional(schema: pa.Schema, path: Path) -> list[pa.Field]:
+    """The optional columns of a file written or read with `schema` (a known file's schema, under any name)."""
+    names = [n for n, s in SCHEMAS.items() if s.equals(schema)] or [path.name]
+    return [f for n in names for f in OPTIONAL.get(n, ())]
+
 
 
 class SchemaError(ValueError):
@@ -110,6 +121,8 @@ def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None
         missing = [f.name for f in schema if f.name not in df.columns]
         if missing:
             raise SchemaError(f"{path}: missing columns {missing}")
+        extra = [f for f in _optional(schema, Path(path)) if f.name in df.columns]
+        schema = pa.schema(list(schema) + extra)
         table = pa.Table.from_pandas(df[schema.names], preserve_index=False).cast(schema)
     else:
         table = pa.Table.from_pandas(df, preserve_index=False)
@@ -138,8 +151,9 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
                           f"results/<experiment>/_quarantine/ and reruns that run.") from e
     if schema is not None:
         have = {f.name: f.type for f in table.schema}
+        optional = [f for f in _optional(schema, path) if f.name in have]
         problems = [f"{f.name} missing" if f.name not in have else f"{f.name} is {have[f.name]}, expected {f.type}"
-                    for f in schema if not _same_type(have.get(f.name), f.type)]
+                    for f in list(schema) + optional if not _same_type(have.get(f.name), f.type)]
         if problems:
             raise SchemaError(f"{path}: " + "; ".join(problems))
     return table.to_pandas()

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from opd import outputs as O
-from opd import provenance, report, store
+from opd import provenance, report, stats, store
 from opd.rows import Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,20 +55,23 @@ def make_runs(d: Path, rows=ROWS):
                            "staleness": r.get("staleness", 0), "policy_version": np.arange(20),
                            "engine_version": np.maximum(0, np.arange(20) - r.get("staleness", 0)), "loss": 0.1,
                            "grad_norm": 1.0, "entropy": np.linspace(0.5, 0.4, 20), "response_len_mean": 20.0,
-                           "reward_mean": 0.5})
+                           "reward_mean": 0.5, "engine": "row", "guard_active": False})
         frames = []
         for step, f in ((0, 2.0), (10, 1.4), (20, 1.0)):
             kl = base_kl * f * (SCALE.get(name, 1.0) * run_scale if step else 1.0) * rng.lognormal(0, 0.03, n)
             frames.append(pd.DataFrame({"run_id": rid, "config": name, "student": "m", "seed": seed, "step": step,
                                         "prompt_id": np.arange(n), "kl": kl, "kl_sampled": kl, "n_tokens": 40,
-                                        "correct": 0.5 - (0.2 if name == "rl-n1" and step else 0)}))
+                                        "correct": 0.5 - (0.2 if name == "rl-n1" and step else 0),
+                                        "entropy": 0.5}))
         store.write_table(st, d / f"{rid}.steps.parquet", store.STEPS)
         store.write_table(pd.concat(frames), d / f"{rid}.heldout.parquet", store.HELDOUT)
         steps_files.append(str(d / f"{rid}.steps.parquet"))
         held_files.append(str(d / f"{rid}.heldout.parquet"))
         if seed == 0 and Row.of(r).in_budget and not Row.of(r).staleness:
             p = d / f"adm.{name}.parquet"
-            store.write_table(pd.DataFrame([{"config": name, "student": "m", "d_hat": D[name] / 1.3}]), p)
+            tokens = rng.integers(15, 25, 16)  # 8 prompts x 2 responses
+            sums = tokens * D[name] / 1.3 * rng.lognormal(0, 0.2, 16)
+            store.write_table(stats.sequence_frame(sums, tokens, 2, config=name, student="m"), p)
             adm_files.append(str(p))
     return steps_files, held_files, adm_files
 
@@ -88,11 +91,16 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
     params = SimpleNamespace(rows=[Row.of(r).resolved() for r in rows], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,
-                             students=STUDENTS, backend="tiny")
+                             students=STUDENTS, backend="tiny", rl_collapse={"accuracy_points": 5})
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
-    store.write_table(pd.DataFrame([{"recipe": "fp8_e4m3", "mode": m, "layer": l, "d_hat": v} for m, l, v in
-                                    [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001), ("all_but", 0, 0.001),
-                                     ("all_but", 1, 0.009)]]), a / "kv_attribution.parquet")
+    rng = np.random.default_rng(1)
+    cases = [(m, layer, part, v * share) for m, layer, v in [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001)]
+             for part, share in (("kv", 1.0), ("k", 0.8), ("v", 0.2))] + [("all_but", 0, "kv", 0.001),
+                                                                          ("all_but", 1, "kv", 0.009)]
+    seqs = pd.concat([stats.sequence_frame(20 * v * rng.lognormal(0, 0.3, 32), np.full(32, 20), 4, student="m",
+                                           recipe="fp8_e4m3", part=part, mode=m, layer=layer)
+                      for m, layer, part, v in cases])
+    store.write_table(load("kv_attribution").attribution(seqs, 500, 0), a / "kv_attribution.parquet")
     thr = pd.concat([store.read_table(steps[0]).assign(k=k, step_s=0.1 / (1 + 0.2 * (k > 0))) for k in (0, 1, 2)])
     store.write_table(thr, a / "async_throughput.parquet")
     store.write_table(pd.DataFrame([{"kv_cache": kv, "batch": b, "seconds": 1.0, "tokens": b * 30,
@@ -126,6 +134,14 @@ def test_analysis_outputs(analysis):
     assert sorted(zip(sl["lr"], sl["k"])) == [(3e-5, 0), (3e-5, 2), (1e-4, 0), (1e-4, 2)]
     rl = store.read_table(analysis / "rl.parquet").set_index("config")
     assert rl.loc["rl-n1", "collapsed"] and not rl.loc["rl-bf16", "collapsed"]
+    assert rl.loc["rl-n1", "collapse_criteria"] == "accuracy" and rl.loc["rl-n1", "entropy_ratio"] == pytest.approx(1)
+    adm = store.read_table(analysis / "admission.parquet").set_index("config")
+    assert not adm.loc["bf16", "candidate"] and adm["candidate"].sum() == len(adm) - 1
+    assert (adm["se"] > 0).all() and (adm["n_prompts"] == 8).all()
+    summary = json.loads((analysis / "admission_summary.json").read_text())
+    assert summary["n_decisions"] == adm["candidate"].sum() and summary["n_baseline"] == 1
+    kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
+    assert kv.loc[("only", 0, "k"), "share"] == pytest.approx(0.8, abs=0.15) and kv.loc[("only", 0, "kv"), "share"] == 1
     assert rl.loc["rl-n1", "opd_config"] == "n1" and rl.loc["rl-n1", "opd_verdict"] == "pass"
 
 

@@ -28,6 +28,7 @@ rule analysis:
         taus=E.get("taus", [E["tau"]]),
         bootstrap=E["bootstrap"],
         admission=E["admission"],
+        rl_collapse=E.get("rl_collapse", {}),
         primary=PRIMARY,
         train_lr=E["train"]["lr"],
         infra=E.get("infra", {}),

@@ -2,6 +2,8 @@
 # attribution, and the two throughput measurements.
 ADMISSION = [f"{OUT}/admission/{r.name}.{s}.parquet" for r in opd_engine_rows() for s in r.students_or(PRIMARY)]
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
+# every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
+KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
 STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 
 
@@ -23,14 +25,31 @@ rule admission:
         "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
-rule kv_attribution:
+rule kv_attribution_student:
+    """One student's cases (every layer, one layer, all but one; keys and values, keys only, values only),
+    one row per case and sequence."""
     input:
-        unpack(lambda w: offline_inputs("kv_attribution", PRIMARY, PRIMARY, recipes=KV_CACHE_RECIPES, prompts=64,
+        unpack(lambda w: offline_inputs("kv_attribution", w.student, w.student, recipes=KV_CACHE_RECIPES, prompts=64,
                                         responses=4, seed=E["admission"].get("seed", 0))),
     output:
-        f"{ANALYSIS}/kv_attribution.parquet",
+        f"{OUT}/kv_attribution/{{student}}.parquet",
     shell:
         "python -m opd.cli kv-attribution --spec {input.spec} --out {output} --launcher {LAUNCH}"
+
+
+rule kv_attribution:
+    """D_hat of every case with its bootstrap standard error over prompts, and its share of the same layers'
+    keys-and-values case."""
+    input:
+        [f"{OUT}/kv_attribution/{s}.parquet" for s in KV_STUDENTS],
+    output:
+        f"{ANALYSIS}/kv_attribution.parquet",
+    params:
+        bootstrap=E["bootstrap"],
+    log:
+        f"logs/{EXP}/kv_attribution.log",
+    script:
+        "../scripts/kv_attribution.py"
 
 
 rule throughput:

@@ -6,13 +6,19 @@ from opd import backends, scripts, stats, store
 from opd.rows import Row
 
 
-def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Each RL run against the same algorithm on the standard engine, next to OPD under that engine.
-    Collapse (fixed in advance, as in the paper): held-out accuracy at least 5 points below the
-    standard-engine run of the same algorithm."""
+def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame,
+             collapse: dict) -> pd.DataFrame:
+    """Each RL run against the same algorithm on the standard engine, next to OPD under that engine, with
+    the paper's collapse rule (stats.rl_collapse, thresholds `collapse` fixed in config before the runs):
+    held-out accuracy, the policy's held-out entropy and mean response length at the final evaluation,
+    each against the reference run. The training-step entropy (last / first step) is shown beside."""
     R = [Row.of(r) for r in rows.to_dict("records")]
     acc = heldout.groupby(["student", "config", "step"])["correct"].mean().reset_index()
-    final = stats.final_heldout(heldout).groupby(["student", "config"])["correct"].mean()
+    fin = stats.final_heldout(heldout)
+    final = fin.groupby(["student", "config"])["correct"].mean()
+    held_len = fin.groupby(["student", "config"])["n_tokens"].mean()  # tokens of a problem's responses, summed
+    held_ent = (fin.assign(e=fin["entropy"] * fin["n_tokens"]).groupby(["student", "config"])["e"].sum(min_count=1)
+                / fin.groupby(["student", "config"])["n_tokens"].sum()) if "entropy" in fin else None
     ent = steps.groupby(["student", "config"])["entropy"].agg(["first", "last"])
     D = stats.run_mismatch(steps).set_index(["student", "config"])["D"]
     out = []
@@ -25,19 +31,26 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
             opd_name = next((x.name for x in R if x.name in ran and x.is_plain_opd and x.engine_key == rr.engine_key), None)
             v = verdicts.set_index(["student", "config"])
             a0 = acc[(acc["config"] == r["name"]) & (acc["student"] == student)].sort_values("step")["correct"].iloc[0]
-            change = 100 * (final[(student, r["name"])] - final[(student, ref_name)]) if ref_name else float("nan")
+            me, ref = (student, r["name"]), (student, ref_name)
+
+            def vs_ref(x):
+                return float(x[me] / x[ref]) if ref_name and x is not None else float("nan")
             out.append({
                 "student": student, "config": r["name"], "algorithm": r["algorithm"], "variant": r["variant"],
-                "reference": ref_name, "opd_config": opd_name, "D": D[(student, r["name"])],
-                "accuracy_initial": 100 * a0, "accuracy_final": 100 * final[(student, r["name"])],
-                "accuracy_change": change,
-                "entropy_ratio": ent.loc[(student, r["name"]), "last"] / ent.loc[(student, r["name"]), "first"],
-                "collapsed": bool(change <= -5) if ref_name and ref_name != r["name"] else False,
+                "reference": ref_name, "opd_config": opd_name, "D": D[me],
+                "accuracy_initial": 100 * a0, "accuracy_final": 100 * final[me],
+                "accuracy_change": 100 * (final[me] - final[ref]) if ref_name else float("nan"),
+                "entropy_ratio": vs_ref(held_ent), "length_ratio": vs_ref(held_len),
+                "train_entropy_ratio": ent.loc[me, "last"] / ent.loc[me, "first"],
                 "opd_delta": v["delta"].get((student, opd_name), float("nan")) if opd_name else float("nan"),
                 "opd_verdict": v["verdict"].get((student, opd_name), None) if opd_name else None,
                 "opd_verdict_seeds": v["verdict_seeds"].get((student, opd_name), None) if opd_name else None,
             })
-    return pd.DataFrame(out)
+    cols = ["student", "config", "algorithm", "variant", "reference", "opd_config", "D", "accuracy_initial",
+            "accuracy_final", "accuracy_change", "entropy_ratio", "length_ratio", "train_entropy_ratio", "opd_delta",
+            "opd_verdict", "opd_verdict_seeds"]
+    t = stats.rl_collapse(pd.DataFrame(out, columns=cols), **collapse)
+    return t.assign(**{k: v for k, v in collapse.items()})
 
 
 def staleness_lr(rows: pd.DataFrame, verdicts: pd.DataFrame, student: str, train_lr: float) -> pd.DataFrame:
@@ -141,11 +154,13 @@ def main(inp, out, params):
     store.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)
 
     a = params.admission
-    adm = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)
-    record = stats.admission_record(adm, v, a["alpha"], a["L"])
+    seqs = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)
+    est = stats.offline_estimates(seqs, ["student", "config"], n_boot=b["resamples"], seed=b["seed"])
+    record = stats.admission_record(est, v, a["alpha"], a["L"], baselines=[params.baseline])
     store.write_table(record, out.admission)
     store.write_json(stats.admission_summary(record, a.get("ratio_floor", 0.01)), out.admission_summary)
-    store.write_table(rl_table(rows, steps, heldout, v), out.rl)
+    collapse = {**stats.RL_COLLAPSE_DEFAULTS, **getattr(params, "rl_collapse", {})}
+    store.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
     store.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
     fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
     window = params.infra.get("window", [0, 10**9])

@@ -1,4 +1,5 @@
-"""Paper Fig. 4: the offline estimate D_hat against the in-training D, and the admission line."""
+"""Paper Fig. 4: the offline estimate D_hat (± its bootstrap standard error over prompts) against the
+in-training D, and the admission line."""
 import json
 
 import numpy as np
@@ -19,16 +20,21 @@ def main(inp, out, params):
     for outcome, color in (("pass", report.PASS_COLOR), ("fail", report.FAIL_COLOR)):
         g = rec[rec["outcome"] == outcome]
         for admitted, marker in ((True, "o"), (False, "s")):
-            gg = g[g["admit"] == admitted]
+            gg = g[(g["admit"] == admitted) & g["candidate"]]
             if len(gg):
-                ax.scatter(gg["d_hat"], gg["D"], marker=marker, color=color, s=12, zorder=3,
-                           label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'}")
+                ax.errorbar(gg["d_hat"], gg["D"], xerr=gg["se"], fmt=marker, color=color, ms=3.5, elinewidth=0.6,
+                            capsize=1.2, zorder=3, label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'}")
+    base = rec[~rec["candidate"]]
+    if len(base):
+        ax.errorbar(base["d_hat"], base["D"], xerr=base["se"], fmt="D", color="#000000", mfc="none", ms=3.5,
+                    elinewidth=0.6, capsize=1.2, zorder=3, label="standard engine (not a decision)")
     ax.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
     ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
-    ax.set_xlabel("offline estimate D̂ (nats/token)")
+    ax.set_xlabel("offline estimate D̂ ± SE (nats/token)")
     ax.set_ylabel("in-training D (nats/token)")
-    ax.set_title(f"{summary['n_agree']}/{summary['n_decisions']} decisions match training; "
-                 f"implied α = {summary['alpha_implied']:.2f}", fontsize=6.5)
+    ax.set_title(f"{summary['n_agree']}/{summary['n_decisions']} candidate decisions match training "
+                 f"(admit everything: {summary['n_admit_all_agree']}/{summary['n_decisions']}); "
+                 f"implied α = {summary['alpha_implied']:.2f}", fontsize=6)
     ax.legend(frameon=False, loc="upper left")
     report.save_figure(fig, out.pdf, out.png, inp)
 

@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from opd.quant import FP8_FORMATS, FP8_MAX, engine_weights, layer_index, recipe, resolve_layers
+from opd.quant import FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, recipe, resolve_layers
 from opd.rows import Row
 
 from .model import Decoder, ModelConfig
@@ -27,6 +27,7 @@ class Numerics:
     bf16_layers: tuple = ()
     noise_sigma: float = 0.0
     noise_seed: int = 0
+    kv_parts: str = "kv"  # what the kv_cache recipe stores in FP8: keys and values, "k" or "v" only (opd.quant.KV_PARTS)
 
     @classmethod
     def of_row(cls, row: Row, seed: int = 0) -> "Numerics":
@@ -75,35 +76,44 @@ class ActivationQuant:
 class KVCache:
     """Per-layer key/value storage. Layers with an FP8 recipe store float8 tensors (half the bytes of
     BF16), cast saturating with scale 1.0 as vLLM does without calibrated scales; others store the
-    engine dtype."""
+    engine dtype. `numerics.kv_parts` quantizes keys and values, or only one of them (the attribution's
+    keys-only and values-only cases)."""
 
     def __init__(self, cfg: ModelConfig, batch: int, max_len: int, numerics: Numerics):
-        fmt = recipe("kv_cache", numerics.kv_cache).fmt
-        keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
-        self.fmt = [None if (fmt is None or i in keep) else fmt for i in range(cfg.n_layers)]
+        self.fmt_k, self.fmt_v = self.formats(cfg, numerics)
         self.dtype = numerics.dtype
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
-        self.k = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt]
-        self.v = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt]
+        self.k = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt_k]
+        self.v = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt_v]
         self.length = [0] * cfg.n_layers
 
-    def _store(self, layer, x):
-        f = self.fmt[layer]
+    @staticmethod
+    def formats(cfg: ModelConfig, numerics: Numerics) -> tuple[list, list]:
+        """Per layer, the FP8 format its keys and its values are stored in (None: the engine dtype)."""
+        if numerics.kv_parts not in KV_PARTS:
+            raise ValueError(f"unknown KV-cache part {numerics.kv_parts!r}; known: {sorted(KV_PARTS)}")
+        fmt = recipe("kv_cache", numerics.kv_cache).fmt
+        keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
+        per_layer = [None if (fmt is None or i in keep) else fmt for i in range(cfg.n_layers)]
+        return ([f if "k" in numerics.kv_parts else None for f in per_layer],
+                [f if "v" in numerics.kv_parts else None for f in per_layer])
+
+    @staticmethod
+    def _store(f, x):
         return x.clamp(-FP8_MAX[f], FP8_MAX[f]).to(FP8_FORMATS[f]) if f else x
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         t0, t1 = self.length[layer], self.length[layer] + k.shape[2]
-        self.k[layer][:, :, t0:t1] = self._store(layer, k)
-        self.v[layer][:, :, t0:t1] = self._store(layer, v)
+        self.k[layer][:, :, t0:t1] = self._store(self.fmt_k[layer], k)
+        self.v[layer][:, :, t0:t1] = self._store(self.fmt_v[layer], v)
         self.length[layer] = t1
         return self.k[layer][:, :, :t1].to(self.dtype), self.v[layer][:, :, :t1].to(self.dtype)
 
     @staticmethod
     def bytes_per_sequence(cfg: ModelConfig, max_len: int, numerics: Numerics) -> int:
-        fmt = recipe("kv_cache", numerics.kv_cache).fmt
-        keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
-        elem = [1 if (fmt and i not in keep) else torch.finfo(numerics.dtype).bits // 8 for i in range(cfg.n_layers)]
-        return sum(2 * cfg.n_kv_heads * cfg.head_dim * max_len * e for e in elem)
+        wide = torch.finfo(numerics.dtype).bits // 8
+        elem = [1 if f else wide for fmts in KVCache.formats(cfg, numerics) for f in fmts]
+        return sum(cfg.n_kv_heads * cfg.head_dim * max_len * e for e in elem)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opd import progress, store
+from opd import progress, stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
 
@@ -18,7 +18,7 @@ from . import model as M
 from .sft import train_base
 from .engine import Engine, KVCache, Numerics
 from .task import RESPONSE_LEN, make_task
-from .trainer import offline_mismatch, set_threads, step_generator, train_run
+from .trainer import offline_logratios, set_threads, step_generator, train_run
 
 
 def base_job(spec: dict, out: Path) -> None:
@@ -38,32 +38,35 @@ def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: i
 
 
 def admission_job(spec: dict, out: Path) -> None:
-    """D_hat for one row on one student: its engine generates P x R responses, the standard engine
-    rescores them with the same (initial) student weights."""
+    """The offline estimate for one row on one student: its engine generates P x R responses, the standard
+    engine rescores them with the same (initial) student weights. One row per sequence (its summed
+    log-ratio and token count), and the job's seconds on every row."""
     set_threads(spec)
     student = M.load(spec["student_path"])
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     t = time.perf_counter()
-    d_hat = offline_mismatch(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts, spec["seed"],
-                             spec["task_seed"])
-    store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
-                                     "n_sequences": len(prompts), "seconds": time.perf_counter() - t}]), out)
+    sums, tokens = offline_logratios(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts,
+                                     spec["seed"], spec["task_seed"])
+    seqs = stats.sequence_frame(sums, tokens, spec["responses"], config=spec["row"]["name"], student=spec["student"])
+    store.write_table(seqs.assign(seconds=time.perf_counter() - t), out)
 
 
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """Offline mismatch of an FP8 KV cache with every layer quantized, with one layer at a time, and
-    with all layers but one (that one kept BF16)."""
+    with all layers but one (that one kept BF16); the first two also with keys only and values only in
+    FP8. The same prompts and sampling seed for every case; one row per case and sequence."""
     set_threads(spec)
     student = M.load(spec["student_path"])
     n = student.cfg.n_layers
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
-    rows = []
+    frames = []
     for recipe in spec["recipes"]:
-        for mode, layer, keep in kv_attribution_cases(n):
-            num = Numerics(kv_cache=recipe, bf16_layers=keep)
-            rows.append({"recipe": recipe, "mode": mode, "layer": layer,
-                         "d_hat": offline_mismatch(student, num, prompts, spec["seed"])})
-    store.write_table(pd.DataFrame(rows), out)
+        for mode, layer, keep, part in kv_attribution_cases(n):
+            num = Numerics(kv_cache=recipe, bf16_layers=keep, kv_parts=part)
+            sums, tokens = offline_logratios(student, num, prompts, spec["seed"])
+            frames.append(stats.sequence_frame(sums, tokens, spec["responses"], student=spec["student"], recipe=recipe,
+                                               part=part, mode=mode, layer=layer))
+    store.write_table(pd.concat(frames, ignore_index=True), out)
 
 
 def throughput_job(spec: dict, out: Path) -> None:
@@ -115,4 +118,3 @@ def memory_bound_job(spec: dict, out: Path) -> None:
             bar.update(kv_cache=rows[-1]["kv_cache"], batch=batch, tokens_per_s=rows[-1]["tokens_per_s"])
     store.write_table(pd.DataFrame(rows), out)
     progress.done("memory-bound", [out], t0)
-

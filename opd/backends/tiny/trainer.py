@@ -124,9 +124,10 @@ def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, sett
     per = lambda x: (x * m).sum(1).view(n, R).sum(1)  # noqa: E731  (sum over each problem's responses)
     tokens = m.sum(1).view(n, R).sum(1)
     correct = torch.as_tensor(heldout.rewards(idx, roll.responses)).view(n, R).mean(1)
+    entropy = -(full_s.exp() * full_s).sum(-1)  # the student's, per response token
     return {"prompt_id": np.arange(n), "kl": (per(kl_tok) / tokens).numpy(),
             "kl_sampled": (per(lp_s - lp_t) / tokens).numpy(), "n_tokens": tokens.long().numpy(),
-            "correct": correct.numpy()}
+            "correct": correct.numpy(), "entropy": (per(entropy) / tokens).numpy()}
 
 
 # ---------------------------------------------------------------- the training run
@@ -292,15 +293,23 @@ def write_outputs(spec: dict, steps_rows: list[dict], heldout_rows: list[dict], 
 # ---------------------------------------------------------------- offline admission check
 
 @torch.no_grad()
-def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,
-                     task_seed: int = 0) -> float:
-    """D_hat: the candidate engine generates; the standard BF16 engine's numerics rescore the same tokens
-    with the same weights; mean per-token log-ratio (the d_n formula with the standard engine as p)."""
+def offline_logratios(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,
+                      task_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate engine generates one response per prompt row; the standard BF16 engine's numerics
+    rescore the same tokens with the same weights. Per sequence: the sum of log q - log p over its
+    response tokens, and their count (D_hat = sum / sum: the d_n formula with the standard engine as p)."""
     cand = Engine(student.cfg, numerics, calibration=lambda: calibration_batch(task_seed))
     cand.load(student.state_dict())
     roll = cand.generate(prompts, step_generator(seed, 0, 3))
     ref = Engine(student.cfg, Numerics())
     ref.load(student.state_dict())
     lp_ref, _ = token_logprobs(ref.model, roll)
-    d, _ = mismatch(roll.logprobs, lp_ref.float(), roll.mask)
-    return d
+    m = roll.mask.float()
+    return ((roll.logprobs - lp_ref.float()) * m).sum(1).double().numpy(), m.sum(1).long().numpy()
+
+
+def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,
+                     task_seed: int = 0) -> float:
+    """D_hat: mean per-token log-ratio of the candidate engine's responses (offline_logratios)."""
+    s, n = offline_logratios(student, numerics, prompts, seed, task_seed)
+    return float(s.sum() / n.sum())

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from opd import store
+from opd import stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
 
@@ -292,9 +292,10 @@ def _engine_args(spec: dict) -> dict:
     return {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
 
 
-def offline_mismatches(spec: dict, rows: list[dict]) -> list[float]:
-    """D_hat of each row: its candidate engine samples; one standard BF16 engine (the same student
-    weights) rescores every row's tokens; the mean per-token log q - log p over all response tokens."""
+def offline_logratios(spec: dict, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row, per sequence (prompts in order, `responses` sequences each): the sum of log q - log p over
+    the response's tokens and their count. Each row's candidate engine samples; one standard BF16 engine
+    (the same student weights) rescores every row's tokens."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -302,37 +303,40 @@ def offline_mismatches(spec: dict, rows: list[dict]) -> list[float]:
     messages = [list(p) for p in train["prompt"]]
     samples = [_candidate_samples(spec, row, messages) for row in rows]
     ref = LLM(spec["student_spec"]["model"], **_engine_args(spec))
-    d_hats = []
+    out = []
     for seqs in samples:
         rescored = ref.generate([TokensPrompt(prompt_token_ids=p + r) for p, r, _ in seqs],
                                 SamplingParams(max_tokens=1, prompt_logprobs=0))
-        q = np.concatenate([lq for _, _, lq in seqs])
-        p = np.concatenate([[out.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)]
-                            for (pr, r, _), out in zip(seqs, rescored)])
-        d_hats.append(float(np.mean(q - p)))
-    return d_hats
+        diffs = [np.asarray(lq) - np.array([out_.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)])
+                 for (pr, r, lq), out_ in zip(seqs, rescored)]
+        out.append((np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64)))
+    return out
 
 
 def offline_mismatch(spec: dict) -> float:
-    """D_hat of the spec's row (see offline_mismatches)."""
-    return offline_mismatches(spec, [spec["row"]])[0]
+    """D_hat of the spec's row: the mean per-token log q - log p over all response tokens (offline_logratios)."""
+    sums, tokens = offline_logratios(spec, [spec["row"]])[0]
+    return float(sums.sum() / tokens.sum())
 
 
 def admission_job(spec: dict, out: Path) -> None:
+    """One row per sequence (stats.sequence_frame), with the job's seconds (both engines' start included)."""
     t0 = time.perf_counter()
-    d_hat = offline_mismatch(spec)
-    store.write_table(pd.DataFrame([{"config": spec["row"]["name"], "student": spec["student"], "d_hat": d_hat,
-                                     "n_sequences": spec["prompts"] * spec["responses"],
-                                     "seconds": time.perf_counter() - t0}]), out)  # both engines' start included
+    sums, tokens = offline_logratios(spec, [spec["row"]])[0]
+    seqs = stats.sequence_frame(sums, tokens, spec["responses"], config=spec["row"]["name"], student=spec["student"])
+    store.write_table(seqs.assign(seconds=time.perf_counter() - t0), out)
 
 
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one.
-    One reference engine rescores every case."""
-    cases = [(recipe, *case) for recipe in spec["recipes"]
-             for case in kv_attribution_cases(spec["student_spec"]["layers"])]
+    One reference engine rescores every case. vLLM's kv_cache_dtype stores keys and values alike, so
+    the keys-only and values-only cases of the tiny engine are not run here."""
+    cases = kv_attribution_cases(spec["student_spec"]["layers"], parts=("kv",))
+    cases = [(recipe, *case) for recipe in spec["recipes"] for case in cases]
     rows = [{"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": list(keep)}
-            for recipe, mode, layer, keep in cases]
-    d_hats = offline_mismatches(spec, rows)
-    store.write_table(pd.DataFrame([{"recipe": recipe, "mode": mode, "layer": layer, "d_hat": d}
-                                    for (recipe, mode, layer, _), d in zip(cases, d_hats)]), out)
+            for recipe, mode, layer, keep, _ in cases]
+    per_row = offline_logratios(spec, rows)
+    store.write_table(pd.concat([stats.sequence_frame(sums, tokens, spec["responses"], student=spec["student"],
+                                                      recipe=recipe, part=part, mode=mode, layer=layer)
+                                 for (recipe, mode, layer, _, part), (sums, tokens) in zip(cases, per_row)],
+                                ignore_index=True), out)
