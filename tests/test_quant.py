@@ -151,3 +151,19 @@ def test_activation_recipes_quantize_the_linear_inputs_of_layers_not_kept_bf16()
     before = dict(e.activations.amax)
     e.load({k: 2 * v for k, v in state.items()}, version=1)  # a later weight sync keeps the static scales
     assert all(torch.equal(before[n], e.activations.amax[n]) for n in before)
+
+
+@pytest.mark.parametrize("n_layers", [2, 3])
+def test_kv_attribution_has_keys_only_and_values_only_cases_for_every_layer(n_layers):
+    cases = quant.kv_attribution_cases(n_layers)
+    for layer in range(n_layers):
+        only = {part: keep for mode, i, keep, part in cases if mode == "only" and i == layer}
+        assert set(only) == {"kv", "k", "v"}  # the three parts quantize the same single layer
+        assert all(set(keep) == set(range(n_layers)) - {layer} for keep in only.values())
+    assert {p for m, _, _, p in cases if m == "all"} == {"kv", "k", "v"}
+    assert {p for m, _, _, p in cases if m == "all_but"} == {"kv"}
+    assert len(cases) == 3 + 3 * n_layers + n_layers
+    # vLLM stores keys and values alike: the verl job asks for keys and values only
+    assert {p for *_, p in quant.kv_attribution_cases(n_layers, parts=("kv",))} == {"kv"}
+    with pytest.raises(ValueError, match="unknown KV-cache part"):
+        quant.kv_attribution_cases(n_layers, parts=("q",))

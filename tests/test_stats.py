@@ -91,15 +91,86 @@ def test_verdicts_average_seeds_and_apply_the_rule():
 def test_admission_record():
     v = pd.DataFrame({"student": "m", "config": ["a", "b", "c"], "D": [0.01, 0.2, 0.6],
                       "verdict": ["pass", "pass", "fail"]})
-    adm = pd.DataFrame({"student": "m", "config": ["a", "b", "c"], "d_hat": [0.005, 0.3, 0.4]})
+    adm = pd.DataFrame({"student": "m", "config": ["a", "b", "c"], "d_hat": [0.005, 0.3, 0.4], "se": 0.01,
+                        "n_prompts": 16, "n_sequences": 32})
     rec = stats.admission_record(adm, v, alpha=1.5, L=0.41).set_index("config")
     assert rec["admit"].tolist() == [True, False, False]  # 1.5 x 0.3 = 0.45 >= 0.41
     assert rec["agrees"].tolist() == [True, False, True]
     assert rec.loc["c", "ratio"] == pytest.approx(1.5)
     s = stats.admission_summary(rec.reset_index(), ratio_floor=0.01)
     assert s["alpha_implied"] == pytest.approx(1.5) and s["L_retrospective"] == pytest.approx(0.2)
-    assert (s["n_decisions"], s["n_agree"]) == (3, 2)
+    assert (s["n_decisions"], s["n_agree"], s["n_admit_all_agree"]) == (3, 2, 2)
     assert stats.admit(0.27) and not stats.admit(0.28)
+
+
+def test_admission_summary_counts_candidates_not_the_baseline():
+    """The standard engine passes and is admitted by construction: counting it flatters the check."""
+    v = pd.DataFrame({"student": "m", "config": ["bf16", "a", "b"], "D": [1e-4, 0.01, 0.6],
+                      "verdict": ["pass", "fail", "fail"]})
+    adm = pd.DataFrame({"student": "m", "config": ["bf16", "a", "b"], "d_hat": [1e-4, 0.005, 0.4], "se": 0.001,
+                        "n_prompts": 16, "n_sequences": 32})
+    rec = stats.admission_record(adm, v, alpha=1.5, L=0.41, baselines=["bf16"])
+    assert rec.set_index("config")["candidate"].to_dict() == {"bf16": False, "a": True, "b": True}
+    s = stats.admission_summary(rec, ratio_floor=0.01)
+    assert (s["n_decisions"], s["n_agree"], s["n_admit_all_agree"], s["n_baseline"]) == (2, 1, 0, 1)
+    assert s["se_relative_min"] == s["se_relative_max"] == pytest.approx(0.001 / 0.4)  # only D_hat >= 0.01
+
+
+def test_ratio_se_of_a_constant_is_zero_and_shrinks_as_one_over_root_n():
+    tokens = np.arange(10, 26)
+    d, se = stats.ratio_se(0.02 * tokens, tokens, n_boot=2000, seed=0)
+    assert d == pytest.approx(0.02) and se == pytest.approx(0, abs=1e-12)
+    rng = np.random.default_rng(0)
+    num = rng.normal(0.02, 0.05, 64) * 20
+    _, se64 = stats.ratio_se(num, np.full(64, 20), n_boot=20_000, seed=1)
+    _, se256 = stats.ratio_se(np.tile(num, 4), np.full(256, 20), n_boot=20_000, seed=1)  # the same prompts, 4x
+    assert se256 == pytest.approx(se64 / 2, rel=0.05)
+    # the bootstrap SE of a mean: the sample SD / sqrt(n) (ddof 0: the bootstrap's plug-in)
+    assert se64 == pytest.approx(np.std(num / 20) / np.sqrt(64), rel=0.05)
+    assert np.isnan(stats.ratio_se([1.0], [10], n_boot=100)[1])
+
+
+def test_offline_estimates_resample_prompts_with_all_their_responses():
+    """Two responses of a prompt that share its effect: resampling prompts (not sequences) keeps them
+    together, so the SE is that of 8 prompts, not 16 independent sequences."""
+    rng = np.random.default_rng(0)
+    effect = np.repeat(rng.normal(0.01, 0.02, 8), 2) * 20
+    seqs = stats.sequence_frame(effect, np.full(16, 20), 2, student="m", config="a")
+    assert seqs["prompt"].tolist() == list(np.repeat(np.arange(8), 2)) and seqs["response"].tolist() == [0, 1] * 8
+    est = stats.offline_estimates(seqs, ["student", "config"], n_boot=20_000, seed=0).iloc[0]
+    assert (est["n_prompts"], est["n_sequences"], est["n_tokens"]) == (8, 16, 320)
+    assert est["d_hat"] == pytest.approx(effect.sum() / 320)
+    assert est["se"] == pytest.approx(np.std(effect[::2] / 20) / np.sqrt(8), rel=0.05)
+
+
+def test_prompts_for_relative_se():
+    rng = np.random.default_rng(2)
+    num = rng.normal(0.01, 0.03, 512) * 20
+    t = stats.prompts_for_relative_se(num, np.full(512, 20), [16, 64, 256, 512], n_boot=4000)
+    assert t["n"].tolist() == [16, 64, 256, 512] and t["se"].is_monotonic_decreasing
+    assert not t["meets"].iloc[0] and t["meets"].iloc[-1]  # SE/D_hat ~ 3/sqrt(n): 0.75 at 16, 0.13 at 512
+
+
+def rl_frame(**over):
+    base = {"config": ["rl-ref", "rl-x"], "accuracy_change": [0.0, -1.0], "entropy_ratio": [1.0, 1.1],
+            "length_ratio": [1.0, 1.0]}
+    return pd.DataFrame({**base, **{k: [base[k][0], v] for k, v in over.items()}})
+
+
+@pytest.mark.parametrize("over, fired", [
+    ({}, ""),
+    ({"accuracy_change": -5.0}, "accuracy"),
+    ({"entropy_ratio": 0.3}, "entropy"),  # entropy collapsed to a third of the standard run's
+    ({"entropy_ratio": 2.0}, "entropy"),  # or blew up
+    ({"length_ratio": 0.7}, "length"),
+    ({"accuracy_change": -20.0, "length_ratio": 1.5}, "accuracy+length"),
+    ({"entropy_ratio": float("nan")}, ""),  # not measured: does not fire
+])
+def test_rl_collapse_names_the_criterion_that_fired(over, fired):
+    t = stats.rl_collapse(rl_frame(**over), **stats.RL_COLLAPSE_DEFAULTS).set_index("config")
+    assert t.loc["rl-x", "collapse_criteria"] == fired and t.loc["rl-x", "collapsed"] == bool(fired)
+    assert not t.loc["rl-ref", "collapsed"]
+    assert t.loc["rl-x", "collapse_entropy"] == ("entropy" in fired)
 
 
 def test_time_to_target_interpolates():

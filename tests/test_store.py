@@ -168,3 +168,16 @@ def test_hashes_can_be_recorded_once_into_a_run_json_without_them(tmp_path):
     assert store.read_json(d / "run.json") == {"run_id": "a.s.s0", "status": "complete",
                                                "files": store.file_records(d)}
     assert "files" not in store.read_json(t / "run.json") and (h / "run.json").read_bytes() == before
+
+
+def test_heldout_entropy_is_optional_kept_when_written_and_checked_when_present(tmp_path):
+    cols = {f.name: [0.5] * 2 if pa.types.is_floating(f.type) else [1] * 2 for f in store.HELDOUT}
+    cols.update(run_id=["r"] * 2, config=["c"] * 2, student=["s"] * 2)
+    old = pd.DataFrame(cols)  # a run written before the column existed
+    store.write_table(old, tmp_path / "heldout.parquet", store.HELDOUT)
+    assert "entropy" not in store.read_table(tmp_path / "heldout.parquet")
+    store.write_table(old.assign(entropy=0.3), tmp_path / "a.parquet", store.HELDOUT)  # any name, the same contract
+    assert store.read_table(tmp_path / "a.parquet", store.HELDOUT)["entropy"].tolist() == [0.3, 0.3]
+    store.write_table(old.assign(entropy=["x", "y"]), tmp_path / "heldout.parquet")  # without the contract
+    with pytest.raises(store.SchemaError, match="entropy is .*string, expected double"):
+        store.read_table(tmp_path / "heldout.parquet")

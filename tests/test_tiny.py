@@ -105,6 +105,37 @@ def test_fp8_kv_cache_stores_float8_except_layers_kept_bf16(base):
     assert half * 2 == full
 
 
+@pytest.mark.parametrize("part", ["k", "v"])
+def test_kv_cache_quantizes_keys_only_or_values_only(base, part):
+    from opd.backends.tiny.engine import KVCache
+    cfg = M.load(base / "student.pt").cfg
+    num = Numerics(kv_cache="fp8_e4m3", bf16_layers=(0,), kv_parts=part)
+    cache = KVCache(cfg, 2, 8, num)
+    fp8, wide = (cache.k, cache.v) if part == "k" else (cache.v, cache.k)
+    assert fp8[0].dtype == torch.bfloat16 and fp8[1].dtype == torch.float8_e4m3fn  # layer 0 kept BF16
+    assert all(t.dtype == torch.bfloat16 for t in wide)
+    x = torch.full((2, cfg.n_kv_heads, 1, cfg.head_dim), 0.3)  # 0.3 is not an E4M3 value: rounding shows
+    k, v = cache.append(1, x, x)
+    rounded, kept = (k, v) if part == "k" else (v, k)
+    assert torch.equal(rounded, x.to(torch.float8_e4m3fn).to(torch.bfloat16)) and torch.equal(kept, x.to(torch.bfloat16))
+    full = KVCache.bytes_per_sequence(cfg, 8, Numerics())
+    assert KVCache.bytes_per_sequence(cfg, 8, num) == full - full // (2 * cfg.n_layers) // 2  # layer 1's half in FP8
+    with pytest.raises(ValueError, match="unknown KV-cache part"):
+        KVCache(cfg, 2, 8, Numerics(kv_cache="fp8_e4m3", kv_parts="q"))
+
+
+def test_heldout_eval_logs_the_policy_entropy(base):
+    """The RL collapse rule reads the policy's held-out entropy: tokens' entropy, averaged per problem."""
+    from opd.backends.tiny.task import make_task
+    from opd.backends.tiny.trainer import Settings, heldout_eval
+    student = M.load(base / "student.pt")
+    _, held = make_task(0)
+    s = Settings(steps=1, prompts_per_step=1, responses_per_prompt=1, lr=1e-4, eval_responses=2)
+    out = heldout_eval(student, M.load(base / "teacher.pt"), held, s, 0, 0)
+    assert out["entropy"].shape == out["kl"].shape and (out["entropy"] > 0).all()
+    assert (out["entropy"] < np.log(student.cfg.vocab_size)).all()
+
+
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 def test_hf_export_matches_transformers_logits(tmp_path, family):
     import transformers  # in the [test] extra
