@@ -79,8 +79,9 @@ def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
 
 
 def _q(name) -> str:
-    """A name in single quotes whatever it holds (repr would switch to double quotes around a quote)."""
-    return f"'{name}'"
+    """A name in single quotes whatever it holds (repr would switch to double quotes around a quote);
+    a character that would break the error's line (a line break, a control character) is escaped."""
+    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(name)) + "'"
 
 
 def _where(cfg: dict, path) -> str:
@@ -164,6 +165,7 @@ def cross_field_errors(cfg: dict) -> list[str]:
                     if missing:
                         errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
                                       f"{sorted(missing)}, so there is nothing to compare with")
+            errors += [f"{where}, field 'guard.{f}': {why}" for f, why in guard_errors(r, e.get("train", {}))]
             if r.bf16_layers and r.weights == r.activations == r.kv_cache == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})
@@ -194,6 +196,44 @@ def cross_field_errors(cfg: dict) -> list[str]:
                 errors.append(f"experiment {exp!r}, row ({base.name!r}), field 'students': the baseline must "
                               f"cover every student other rows use; missing {sorted(missing)}")
     return errors
+
+
+def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:
+    """(field, why) for a row's guard that could never act or would act on nothing."""
+    g = row.guard
+    if g is None:
+        return []
+    out = []
+    if row.baseline or row.is_standard_engine:
+        out.append(("action", "the row's engine is the standard engine already; there is nothing to fall back from"))
+    elif g.action == "sync" and row.staleness == 0:
+        out.append(("action", "'sync' sets staleness to 0, but the row is synchronous already; use 'fallback' or "
+                              "'fallback_numerics'"))
+    elif g.action == "fallback_numerics" and row.has_standard_numerics:
+        out.append(("action", "'fallback_numerics' switches to BF16 numerics, but the row's numerics are BF16 "
+                              "already; use 'sync' or 'fallback'"))
+    steps = train.get("steps")
+    if isinstance(steps, int) and g.window > steps:
+        out.append(("window", f"{g.window} steps is longer than the {steps}-step run, so the guard never watches"))
+    return out
+
+
+def guard_line(experiment: dict) -> float:
+    """What `d_max: budget` means: the experiment's admission line L. It is the in-training level the
+    admission rule protects (admit iff alpha * D_hat < L, alpha turning the offline D_hat into in-training
+    D), and the guard watches in-training d_n, so L (not L / alpha, the line on the offline D_hat). A fixed
+    number of the config, not the measured budget of the analysis: a run whose line came from the
+    analysis would depend on every other run (and the analysis on it), and would retrain whenever one
+    more run moved the measured edge."""
+    return float(experiment["admission"]["L"])
+
+
+def guard_spec(experiment: dict, row: Row) -> dict | None:
+    """A guarded run's guard as its job spec holds it: d_max resolved to a number."""
+    if row.guard is None:
+        return None
+    g = row.guard.as_dict()
+    return {**g, "d_max": guard_line(experiment) if g["d_max"] == "budget" else float(g["d_max"])}
 
 
 def runs(cfg: dict, experiment: str | None = None) -> list[Run]:

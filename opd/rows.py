@@ -7,6 +7,7 @@ where unset optional fields read back as NaN; `Row.of` accepts both.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields
 
@@ -19,6 +20,34 @@ ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness
 
 def _unset(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+GUARD_ACTIONS = ("fallback", "sync", "fallback_numerics")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The mismatch guard of a row: when the running mean of d_n over `window` steps of the row's own
+    engine crosses `d_max`, the next `cooldown` steps' rollouts come from `action`'s engine
+    (GUARD_ACTIONS: `fallback`, the standard BF16 engine, synchronous; `sync`, staleness 0 with the
+    row's numerics; `fallback_numerics`, BF16 numerics with the row's staleness); then the row's engine
+    again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.config.guard_line)."""
+    d_max: float | str
+    window: int
+    action: str
+    cooldown: int
+
+    @classmethod
+    def of(cls, g: "dict | str | Guard") -> "Guard":
+        """From a config mapping, or the JSON string rows.parquet holds."""
+        if isinstance(g, Guard):
+            return g
+        if isinstance(g, str):
+            g = json.loads(g)
+        return cls(**g)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -36,6 +65,7 @@ class Row:
     baseline: bool = False  # the experiment's standard engine, every comparison's reference
     lr: float | None = None  # the row's own learning rate (else the experiment's)
     reference: str | None = None  # the row its Delta is measured against (else the baseline)
+    guard: Guard | None = None  # the mismatch guard (opd.guard), if the row has one
     students: tuple[str, ...] | None = None  # default: the experiment's first student
     seeds: tuple[int, ...] | None = None  # default: the experiment's seeds
     description: str | None = None
@@ -64,8 +94,12 @@ class Row:
         return {k: _plain(getattr(self, k)) for k in self.given}
 
     def resolved(self) -> dict:
-        """ROW_DEFAULTS overlaid with the written fields: the form run.json and rows.parquet hold."""
-        return {**ROW_DEFAULTS, **self.written()}
+        """ROW_DEFAULTS overlaid with the written fields: the form run.json and rows.parquet hold (the
+        guard as a JSON string: its d_max may be a number or "budget", which one Parquet column cannot type)."""
+        out = {**ROW_DEFAULTS, **self.written()}
+        if self.guard is not None:
+            out["guard"] = json.dumps(out["guard"], sort_keys=True)
+        return out
 
     def params(self) -> dict:
         """What a job computes from: the row's own fields as config.yaml wrote them, placement left out.
@@ -82,8 +116,8 @@ class Row:
     @property
     def in_budget(self) -> bool:
         """A row the budget is measured on: a plain OPD engine trained with the experiment's own
-        settings and compared with the baseline."""
-        return self.is_plain_opd and self.lr is None and self.reference is None
+        settings and compared with the baseline. A guarded row is not one engine, so not in the budget."""
+        return self.is_plain_opd and self.lr is None and self.reference is None and self.guard is None
 
     @property
     def engine_key(self) -> tuple:
@@ -122,7 +156,7 @@ class Row:
 
 
 def _plain(v):
-    return list(v) if isinstance(v, tuple) else v
+    return list(v) if isinstance(v, tuple) else v.as_dict() if isinstance(v, Guard) else v
 
 
 # Every computed field's default (placement fields without one are absent), derived from Row itself.
@@ -131,4 +165,4 @@ ROW_DEFAULTS = {f.name: _plain(f.default) for f in fields(Row)
 # How a value read back from Parquet is restored (None: as it is; lists become tuples).
 FIELD_TYPES = {"name": str, "weights": str, "activations": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
                "noise_sigma": float, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
-               "lr": float, "reference": str, "students": None, "seeds": None, "description": str}
+               "lr": float, "reference": str, "guard": Guard.of, "students": None, "seeds": None, "description": str}

@@ -32,10 +32,15 @@ STEPS = pa.schema({**_ID, "d_n": pa.float64(), "seq_logratio_p90": pa.float64(),
                    "teacher_s": pa.float64(), "train_s": pa.float64(), "weight_sync_s": pa.float64(),
                    "wait_s": pa.float64(), "staleness": pa.int64(), "policy_version": pa.int64(),
                    "engine_version": pa.int64(), "loss": pa.float64(), "grad_norm": pa.float64(),
-                   "entropy": pa.float64(), "response_len_mean": pa.float64(), "reward_mean": pa.float64()}.items())
+                   "entropy": pa.float64(), "response_len_mean": pa.float64(), "reward_mean": pa.float64(),
+                   "engine": pa.string(), "guard_active": pa.bool_()}.items())
 HELDOUT = pa.schema({**_ID, "prompt_id": pa.int64(), "kl": pa.float64(), "kl_sampled": pa.float64(),
                      "n_tokens": pa.int64(), "correct": pa.float64()}.items())
 SCHEMAS = {"steps.parquet": STEPS, "heldout.parquet": HELDOUT}
+# Columns added to the contract after runs were committed, with the value a file written before them
+# reads back with (the mismatch guard's: which engine rolled the step out, opd.guard.ROW_ENGINE or the
+# guard's action, and whether the guard was active). Writers write them.
+ADDED = {"engine": "row", "guard_active": False}
 # Columns a writer may add and a reader checks when present (runs written before the column existed, or by
 # a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
 # policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).
@@ -150,6 +155,9 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
                           f"(`snakemake -c 2`, or your usual command): it moves the damaged run's files to "
                           f"results/<experiment>/_quarantine/ and reruns that run.") from e
     if schema is not None:
+        for f in schema:
+            if f.name in ADDED and f.name not in table.column_names:
+                table = table.append_column(f, pa.array([ADDED[f.name]] * table.num_rows, f.type))
         have = {f.name: f.type for f in table.schema}
         optional = [f for f in _optional(schema, path) if f.name in have]
         problems = [f"{f.name} missing" if f.name not in have else f"{f.name} is {have[f.name]}, expected {f.type}"

@@ -198,3 +198,38 @@ def test_train_settings_are_typed_and_belong_to_the_backend(toy_config):
 def test_an_infra_window_outside_the_run_is_named_before_any_job(toy_config):
     toy_config["experiments"]["toy"]["infra"]["window"] = [200, 300]
     assert "experiment 'toy', field 'infra.window'" in err(toy_config)
+
+
+def test_guard_fields_are_validated_and_named(toy_config):
+    i, r = row(toy_config, "stale-k4-guard")
+    for bad, field in [({**r["guard"], "d_max": 0}, "guard.d_max"), ({**r["guard"], "d_max": "budgett"}, "guard.d_max"),
+                       ({**r["guard"], "action": "panic"}, "guard.action"), ({**r["guard"], "window": 0}, "guard.window"),
+                       ({**r["guard"], "cooldown": 1.5}, "guard.cooldown"), ({"d_max": 0.1}, "guard")]:
+        cfg = copy.deepcopy(toy_config)
+        rows(cfg)[i]["guard"] = bad
+        assert f"experiment 'toy', row {i} ('stale-k4-guard'), field '{field}'" in err(cfg), bad
+
+
+@pytest.mark.parametrize("name,guard,msg", [
+    ("bf16", {"action": "fallback"}, "standard engine already"),
+    ("lr3e-5-k0", {"action": "fallback"}, "standard engine already"),
+    ("nvfp4", {"action": "sync"}, "synchronous already"),
+    ("stale-k4", {"action": "fallback_numerics"}, "numerics are BF16 already"),
+    ("nvfp4", {"action": "fallback", "window": 101}, "longer than the 100-step run")])
+def test_a_guard_that_could_not_act_is_named(toy_config, name, guard, msg):
+    i, r = row(toy_config, name)
+    r["guard"] = {"d_max": 0.01, "window": 10, "cooldown": 10, **guard}
+    m = err(toy_config)
+    assert f"row {i} ('{name}'), field 'guard." in m and msg in m
+
+
+def test_guard_budget_resolves_to_the_admission_line_and_reaches_the_spec(toy_config):
+    e = toy_config["experiments"]["toy"]
+    _, r = row(toy_config, "nvfp4-w4a4-guard")
+    g = Row.of(r)
+    assert not g.in_budget and Row.of({**r, "guard": None}).in_budget  # a guarded row is not one engine
+    assert C.guard_spec(e, g)["d_max"] == r["guard"]["d_max"] and C.guard_spec(e, Row.of({"name": "x"})) is None
+    b = Row.of({**r, "guard": {**r["guard"], "d_max": "budget"}})
+    assert C.guard_spec(e, b)["d_max"] == e["admission"]["L"] == C.guard_line(e)
+    back = Row.of(b.resolved())  # rows.parquet's form: the guard as a JSON string
+    assert back.guard == b.guard and back.params()["guard"] == b.params()["guard"]

@@ -213,3 +213,66 @@ def test_activation_recipes_train_with_calibration_disjoint_from_the_task(base, 
         train_run(spec(base, {"name": "r", "activations": act}, steps=3, eval_every=0), tmp_path / act)
         d[act] = store.read_table(tmp_path / act / "steps.parquet")["d_n"].mean()
     assert d["nvfp4"] > d["fp8_static"] > d["none"] - 1e-3 and d["nvfp4"] > d["none"]  # W4A4 far from BF16
+
+
+# ---------------------------------------------------------------- the mismatch guard
+
+GUARDED = {"name": "g", "noise_sigma": 0.3}
+
+
+def guard_spec(base, row, guard, steps=12, **settings):
+    return {**spec(base, row, steps=steps, eval_every=0, **settings),
+            "guard": {"d_max": 1e-9, "window": 2, "action": "fallback", "cooldown": 2, **guard}}
+
+
+def test_guard_falls_back_and_backs_off_on_an_engine_always_past_d_max(base, tmp_path):
+    """d_max below any d_n (the state machine allows it; the config asks for d_max > 0): activations
+    after steps 1 and 5, with cooldowns 2 and 4 (window 2), each span on the BF16 engine, synchronous,
+    with the BF16 engine's small d_n; the third would start at step 12, after the run: within the bound
+    opd.guard.max_activations(12, 2) = 3."""
+    from opd.guard import max_activations
+    train_run(guard_spec(base, GUARDED, {"d_max": -1.0}), tmp_path)
+    st = store.read_table(tmp_path / "steps.parquet")
+    active = st["guard_active"].tolist()
+    assert [n for n in range(12) if active[n]] == [2, 3, 6, 7, 8, 9]
+    assert set(st.loc[st["guard_active"], "engine"]) == {"fallback"} and set(st.loc[~st["guard_active"], "engine"]) == {"row"}
+    starts = sum(1 for n in range(12) if active[n] and (n == 0 or not active[n - 1]))
+    assert starts == 2 and starts + 1 <= max_activations(12, 2)  # the third starts at step 12: after the run
+    assert st.loc[st["guard_active"], "d_n"].abs().max() < 2e-3 < st.loc[~st["guard_active"], "d_n"].mean()
+
+
+@pytest.mark.parametrize("action,stale_active", [("sync", 0), ("fallback_numerics", 2)])
+def test_guard_actions_set_staleness_and_numerics(base, tmp_path, action, stale_active):
+    """sync: the row's numerics at staleness 0; fallback_numerics: BF16 numerics at the row's staleness.
+    The decision reaches the rollout k steps later (the batches in flight): first span [1 + 1 + 2, 4 + 2)."""
+    train_run(guard_spec(base, {**GUARDED, "staleness": 2}, {"action": action, "d_max": -1.0}), tmp_path)
+    st = store.read_table(tmp_path / "steps.parquet").set_index("step")
+    on = st.index[st["guard_active"]].tolist()
+    assert on[:2] == [4, 5] and set(st.loc[on, "engine"]) == {action}
+    assert (st.loc[on, "staleness"] == stale_active).all()
+    assert (st.loc[~st["guard_active"] & (st.index >= 2), "staleness"] == 2).all()
+    if action == "sync":  # still the noisy numerics: sequences' log-ratios stay far from BF16's (~1e-3)
+        assert st.loc[on, "seq_logratio_p90"].min() > 0.02
+
+
+def test_run_killed_while_the_guard_is_active_resumes_in_the_same_state(base, tmp_path):
+    """A crash at step 9 leaves the checkpoint of step 8, inside the span [7, 11); the resumed run gives
+    the straight run's steps, guard columns included."""
+    s = guard_spec(base, {**GUARDED, "staleness": 1}, {"d_max": -1.0}, checkpoint_every=4)
+
+    class Crash(Exception):
+        pass
+
+    def crash(n, total, out):
+        if n == 9:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train_run(s, tmp_path / "run", progress=crash)
+    ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert ck["step"] == 8 and any(a <= 8 < b for a, b in ck["guard"]["spans"])
+    train_run(s, tmp_path / "run")
+    train_run(s, tmp_path / "straight")
+    resumed, straight = (store.read_table(tmp_path / d / "steps.parquet") for d in ("run", "straight"))
+    assert resumed["guard_active"].any() and resumed.loc[8, "guard_active"]
+    pd.testing.assert_frame_equal(resumed.drop(columns=TIMING), straight.drop(columns=TIMING))

@@ -6,7 +6,8 @@ def train_inputs(w):
     base = base_inputs(r.student)
     spec = job_spec(run_id=r.run_id, row=r.row.params(), student=r.student, seed=r.seed,
                     student_spec=E["students"][r.student], settings=C.run_settings(E["train"], r.row),
-                    student_path=base.get("student"), teacher_path=base.get("teacher"))
+                    student_path=base.get("student"), teacher_path=base.get("teacher"),
+                    **({"guard": C.guard_spec(E, r.row)} if r.row.guard else {}))  # d_max as a number
     return {**base, "spec": spec_file("train", r.run_id, spec)}
 
 

@@ -19,6 +19,7 @@ import torch
 
 from opd import config as C
 from opd import store
+from opd.guard import ROW_ENGINE, GuardState
 from opd.rows import Row
 
 from . import model as M
@@ -133,13 +134,19 @@ def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, sett
 # ---------------------------------------------------------------- the training run
 
 class RolloutWorker(threading.Thread):
-    """Samples the batch of step n with policy version n - k as soon as that version exists."""
+    """Samples the batch of step n with policy version n - k as soon as that version exists. With a
+    guard (opd.guard.GuardState, read under `cond`), a step the guard covers is sampled by its action's
+    engine: `fallback` the standard BF16 engine at version n (synchronous), `sync` the row's engine at
+    version n, `fallback_numerics` the standard BF16 engine at version n - k. Version n - k exists only
+    once step n - k - 1 was observed, so the guard's decision for step n never depends on timing."""
 
     def __init__(self, engine: Engine, versions: dict, cond: threading.Condition, train: Problems,
-                 settings: Settings, seed: int, k: int, start: int):
+                 settings: Settings, seed: int, k: int, start: int, guard: GuardState | None = None,
+                 fallback: Engine | None = None):
         super().__init__(daemon=True)
         self.engine, self.versions, self.cond, self.train = engine, versions, cond, train
         self.s, self.seed, self.k, self.start_step = settings, seed, k, start
+        self.guard, self.fallback = guard, fallback
         self.out: queue.Queue = queue.Queue(maxsize=k + 1)
         self.stop = threading.Event()
 
@@ -149,16 +156,21 @@ class RolloutWorker(threading.Thread):
                 v = max(0, n - self.k)
                 with self.cond:
                     self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
+                    kind = self.guard.engine(n) if self.guard else ROW_ENGINE
+                    if kind in ("fallback", "sync"):
+                        v = n
+                        self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
                     if self.stop.is_set():
                         return
                     state = self.versions[v]
-                sync = self.engine.load(state, v) if self.engine.version != v else 0.0
+                engine = self.fallback if kind in ("fallback", "fallback_numerics") else self.engine
+                sync = engine.load(state, v) if engine.version != v else 0.0
                 t = time.perf_counter()
                 rng = np.random.default_rng([self.seed, n, 1])
                 idx = np.repeat(rng.choice(len(self.train), self.s.prompts_per_step, replace=False),
                                 self.s.responses_per_prompt)
-                roll = self.engine.generate(self.train.prompts(idx), step_generator(self.seed, n, 2))
-                self.out.put((n, idx, roll, sync, time.perf_counter() - t))
+                roll = engine.generate(self.train.prompts(idx), step_generator(self.seed, n, 2))
+                self.out.put((n, idx, roll, sync, time.perf_counter() - t, kind))
         except BaseException as e:  # surface the failure in the trainer thread
             self.out.put(e)
 
@@ -166,7 +178,8 @@ class RolloutWorker(threading.Thread):
 def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
     Writes steps.parquet and heldout.parquet atomically at the end. `on_version(v, state)`, if given, sees
-    every policy version the run makes (0 before the first step of a fresh run, n + 1 after step n)."""
+    every policy version the run makes (0 before the first step of a fresh run, n + 1 after step n).
+    A spec with a `guard` (opd.config.guard_spec) runs the mismatch guard; its state is checkpointed."""
     out_dir = Path(out_dir)
     row, seed = Row.of(spec["row"]), spec["seed"]
     s = Settings(**spec["settings"])
@@ -180,12 +193,15 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
     steps_rows, heldout_rows, start = [], [], 0
     ckpt_path = out_dir / "checkpoint.pt"
     versions: dict[int, dict] = {}
+    guard = GuardState.of_spec(spec["guard"], k, s.steps) if spec.get("guard") else None
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         student.load_state_dict(ck["student"])
         opt.load_state_dict(ck["optimizer"])
         versions.update(ck["versions"])
         steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
+        if guard is not None:
+            guard = GuardState.from_state(ck["guard"])
     else:
         versions[0] = clone_state(student)
         if on_version:
@@ -194,7 +210,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
     def save_checkpoint(step):
         store.atomic_torch_save({"student": student.state_dict(), "optimizer": opt.state_dict(),
                                  "versions": versions, "steps_rows": steps_rows, "heldout_rows": heldout_rows,
-                                 "step": step}, ckpt_path)
+                                 "step": step, "guard": guard.state() if guard else None}, ckpt_path)
 
     def evaluate(step):
         if step in s.eval_steps() and not any(r["step"] == step for r in heldout_rows):
@@ -204,7 +220,8 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
 
     cond = threading.Condition()
     engine = Engine(student.cfg, Numerics.of_row(row, seed), calibration=lambda: calibration_batch(s.task_seed))
-    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start)
+    fallback = Engine(student.cfg, Numerics()) if guard and guard.action != "sync" else None
+    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start, guard, fallback)
     worker.start()
     wait_total = 0.0
     try:
@@ -215,12 +232,14 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
             wait = time.perf_counter() - t_step
             if isinstance(item, BaseException):
                 raise item
-            n_got, idx, roll, sync, rollout_s = item
+            n_got, idx, roll, sync, rollout_s, kind = item
             assert n_got == n, (n_got, n)
             for group in opt.param_groups:
                 group["lr"] = s.lr_at(n)
             row_out = update(student, teacher, opt, roll, idx, train, algorithm, variant, s)
             with cond:
+                if guard is not None:  # before version n + 1 exists: the rollout of step n + 1 + k waits on it
+                    guard.observe(n, row_out["d_n"])
                 versions[n + 1] = clone_state(student)
                 if on_version:
                     on_version(n + 1, versions[n + 1])
@@ -230,7 +249,8 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
             wait_total += wait
             steps_rows.append({"step": n, **row_out, "staleness": n - roll.version, "policy_version": n,
                                "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
-                               "wait_s": wait, "step_s": time.perf_counter() - t_step})
+                               "wait_s": wait, "step_s": time.perf_counter() - t_step, "engine": kind,
+                               "guard_active": kind != ROW_ENGINE})
             if progress:
                 progress(n + 1, s.steps, row_out)
             if (n + 1) % s.checkpoint_every == 0 and n + 1 < s.steps:

@@ -44,6 +44,7 @@ Mapping:
                     An integer (store.STEPS); the covered steps' mean is (k - 1) / 2 for a full cycle
   policy_version    the last covered step; engine_version = policy_version - staleness
   seq_logratio_p90  not logged by verl: NaN
+  engine, guard_active  the row's engine, not active (the guard's decisions are applied in the weight-sync hook)
 Validation-only lines are skipped. verl's file logger truncates its file when it starts, so each attempt of
 a run (a requeued job resumes from verl's last checkpoint) logs to its own file, `verl.<attempt>.jsonl`
 (`attempt_log`); `parse` reads them in attempt order and a step logged again after a resume keeps its last
@@ -58,6 +59,7 @@ from pathlib import Path
 import pandas as pd
 
 from opd import store
+from opd.guard import ROW_ENGINE
 
 STEP_KEY = "training/global_step"
 STALE_KEY = "fully_async/count/stale_trajectory_processed"
@@ -136,7 +138,7 @@ def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed
             "engine_version": step - stale,
             "loss": g("actor/distillation/loss", g("actor/pg_loss")), "grad_norm": g("actor/grad_norm"),
             "entropy": g("actor/entropy"), "response_len_mean": g("response_length/mean"),
-            "reward_mean": g("critic/score/mean"),
+            "reward_mean": g("critic/score/mean"), "engine": ROW_ENGINE, "guard_active": False,
         })
         prev_step = step
     return pd.DataFrame(rows)

@@ -1,0 +1,88 @@
+"""The mismatch guard: train with a cheap rollout engine, fall back when its measured mismatch crosses a line.
+
+Backend-independent state machine, fed one d_n per training step in step order (the tiny trainer and the
+verl weight-sync hook both drive it). It watches the running mean of d_n over the last `window` steps
+rolled out by the row's own engine; when that mean exceeds `d_max`, the rollouts of steps
+[n + 1 + lag, n + 1 + lag + cooldown) come from the action's engine, where n is the step just observed
+and lag the row's staleness (the batches of steps n + 1 ... n + lag are already sampled, or may be, in
+the asynchronous schedule; deciding from the d_n known when a batch's weights exist keeps a run
+deterministic whatever the threads' timing). After the span the row's engine returns and the window
+starts empty.
+
+Back-off: each activation that follows the previous one without a full window of the row's engine at or
+under d_max in between doubles the cooldown, up to `cap` (the run's length); a full window at or under
+d_max resets it. An engine that is always past d_max therefore gets at most
+`max_activations(steps, cooldown)` = ceil(log2(steps / cooldown + 1)) activations in a run, the last
+lasting to its end: it settles on the fallback instead of oscillating every cooldown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+ROW_ENGINE = "row"  # the `engine` column of a step rolled out by the row's own engine
+
+
+def max_activations(steps: int, cooldown: int) -> int:
+    """The most activations a run of `steps` steps can have when every window re-triggers: cooldowns
+    c, 2c, 4c, ... cover the run after a activations once c (2^a - 1) >= steps."""
+    return max(1, math.ceil(math.log2(steps / cooldown + 1)))
+
+
+@dataclass
+class GuardState:
+    d_max: float
+    window: int
+    action: str
+    cooldown: int
+    lag: int = 0  # the row's staleness k
+    cap: int = 1 << 30  # the longest cooldown (the run's length)
+    recent: list = field(default_factory=list)  # d_n of the row engine's steps since watching (re)started
+    next_cooldown: int = 0  # the next activation's cooldown (back-off); 0: `cooldown`
+    spans: list = field(default_factory=list)  # [start, end) steps of each activation
+    watch_from: int = 0  # the first step whose d_n counts (the end of the last activation)
+
+    @classmethod
+    def of_spec(cls, spec: dict, lag: int, steps: int) -> "GuardState":
+        """From a job spec's `guard` (opd.config.guard_spec: d_max already a number)."""
+        return cls(d_max=float(spec["d_max"]), window=int(spec["window"]), action=spec["action"],
+                   cooldown=int(spec["cooldown"]), lag=lag, cap=steps)
+
+    def observe(self, step: int, d_n: float) -> tuple[int, int] | None:
+        """Step `step`'s measured d_n; returns the activation it triggers ([start, end)), if any."""
+        if step < self.watch_from:
+            return None
+        self.recent = (self.recent + [float(d_n)])[-self.window:]
+        if len(self.recent) < self.window:
+            return None
+        if sum(self.recent) / self.window <= self.d_max:
+            self.next_cooldown = 0  # a full clean window: the back-off starts over
+            return None
+        length = self.next_cooldown or self.cooldown
+        start = step + 1 + self.lag
+        span = (start, start + length)
+        self.spans.append(span)
+        self.watch_from, self.recent = span[1], []
+        self.next_cooldown = min(2 * length, self.cap)
+        return span
+
+    def active(self, step: int) -> bool:
+        """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - lag is observed)."""
+        return any(a <= step < b for a, b in self.spans)
+
+    def engine(self, step: int) -> str:
+        """The `engine` column of step `step`: ROW_ENGINE or the action."""
+        return self.action if self.active(step) else ROW_ENGINE
+
+    @property
+    def activations(self) -> int:
+        return len(self.spans)
+
+    def state(self) -> dict:
+        """Everything a checkpoint needs to resume in the same state."""
+        return {k: (list(map(list, v)) if k == "spans" else list(v) if isinstance(v, list) else v)
+                for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "GuardState":
+        return cls(**{**state, "spans": [tuple(s) for s in state["spans"]]})

@@ -1,0 +1,68 @@
+"""The mismatch guard's state machine (opd.guard): its back-off bound, its lag, its checkpointed state,
+and no false alarm on the standard engine's committed runs."""
+import glob
+
+import pytest
+
+from opd import config as C
+from opd import store
+from opd.guard import GuardState, max_activations
+
+
+def drive(g: GuardState, d, steps: int) -> GuardState:
+    for n in range(steps):
+        g.observe(n, d(n))
+    return g
+
+
+@pytest.mark.parametrize("steps,window,cooldown,lag", [(100, 10, 10, 0), (100, 10, 10, 8), (1000, 5, 3, 2), (40, 1, 1, 0)])
+def test_an_engine_always_past_d_max_settles_on_the_fallback(steps, window, cooldown, lag):
+    g = drive(GuardState(d_max=0.01, window=window, action="fallback", cooldown=cooldown, lag=lag, cap=steps),
+              lambda n: 1.0, steps)
+    lengths = [b - a for a, b in g.spans]
+    assert 1 <= g.activations <= max_activations(steps, cooldown)
+    assert lengths == [min(cooldown * 2 ** i, steps) for i in range(len(lengths))]  # doubling: no fixed oscillation
+    assert g.spans[-1][1] >= steps  # the last activation lasts to the end of the run
+    assert all(a == prev_b + window + lag for (a, _), (_, prev_b) in zip(g.spans[1:], g.spans))
+
+
+def test_a_clean_window_resets_the_back_off_and_the_lag_delays_the_span():
+    bad = {*range(0, 5), *range(30, 35), *range(60, 65)}  # three bursts, clean in between
+    g = drive(GuardState(d_max=0.01, window=5, action="sync", cooldown=4, lag=2, cap=100),
+              lambda n: 1.0 if n in bad else 0.0, 100)
+    # the first burst fills the window at step 4; later ones cross at their first step (mean 0.2): + 1 + lag
+    assert g.spans == [(7, 11), (33, 37), (63, 67)]  # the same cooldown each time: never doubled
+    assert [g.engine(n) for n in (6, 7, 10, 11)] == ["row", "sync", "sync", "row"]
+
+
+def test_state_round_trip_continues_identically():
+    d = lambda n: 0.02 if (n // 7) % 3 else 0.0  # noqa: E731
+    a = GuardState(d_max=0.01, window=3, action="fallback", cooldown=2, cap=60)
+    b = GuardState(d_max=0.01, window=3, action="fallback", cooldown=2, cap=60)
+    for n in range(25):
+        a.observe(n, d(n))
+        b.observe(n, d(n))
+    b = GuardState.from_state(b.state())
+    for n in range(25, 60):
+        a.observe(n, d(n))
+        b.observe(n, d(n))
+    assert a.state() == b.state() and a.activations > 1
+
+
+def test_no_false_alarm_on_the_standard_engine():
+    """Every committed BF16 run of the toy (every student and seed) through each guarded row's guard:
+    no activation. The guard's line is more than 10x the largest window mean of the standard engine's
+    d_n, and more than 10x the seed-level spread of its D (the runs' mean d_n)."""
+    cfg = C.load()
+    e = cfg["experiments"]["toy"]
+    guards = [C.guard_spec(e, r) for r in C.rows(cfg, "toy") if r.guard]
+    paths = sorted(glob.glob("results/toy/runs/bf16.*/steps.parquet"))
+    assert guards and len(paths) >= 8
+    runs = [store.read_table(p) for p in paths]
+    for spec in guards:
+        for st in runs:
+            g = drive(GuardState.of_spec(spec, 0, len(st)), lambda n: st["d_n"].iloc[n], len(st))
+            assert g.activations == 0, (spec, st["run_id"].iloc[0])
+            assert st["d_n"].rolling(spec["window"]).mean().max() < spec["d_max"] / 10
+        D = [st["d_n"].mean() for st in runs]
+        assert max(D) - min(D) < spec["d_max"] / 10
