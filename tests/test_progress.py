@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from opd import progress, store, training
-from opd.backends.tiny.offline import memory_bound_job
+from opd.backends.tiny.offline import kv_attribution_job, memory_bound_job
 from opd.backends.tiny.sft import train_base
 
 STUDENT = {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64, "sft_lr": 3e-3,
@@ -62,6 +62,20 @@ def test_measurement_without_a_terminal_prints_progress_and_what_it_wrote(base, 
     assert cases == [1, 2, 3, 4, 5, 6], err
     assert re.fullmatch(rf"memory-bound: done: wrote {re.escape(str(out))} \(6 rows\); wall time [\d.]+ s", err[-1]), err
     assert len(store.read_table(out)) == 6
+
+
+def test_kv_attribution_without_a_terminal_prints_every_case_and_what_it_wrote(base, tmp_path, capsys):
+    out = tmp_path / "kv.parquet"
+    kv_attribution_job({"student_path": str(base / "student.pt"), "student": "s", "task_seed": 0, "seed": 0,
+                        "prompts": 4, "responses": 2, "recipes": ["fp8_e4m3"]}, out)
+    err = capsys.readouterr().err.splitlines()
+    done = [re.match(r"kv-attribution s: case (\d+)/(\d+) .*recipe=fp8_e4m3", ln) for ln in err]
+    total = int(next(m for m in done if m).group(2))
+    assert [int(m.group(1)) for m in done if m] == progress.milestones(total), err
+    rows = len(store.read_table(out))
+    assert rows == total * 4 * 2  # one row per case and sequence
+    assert re.fullmatch(rf"kv-attribution s: done: wrote {re.escape(str(out))} \({rows} rows\); wall time [\d.]+ s",
+                        err[-1]), err
 
 
 def test_summary_counts_the_rows_it_wrote(tmp_path, capsys):

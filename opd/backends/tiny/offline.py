@@ -49,24 +49,30 @@ def admission_job(spec: dict, out: Path) -> None:
                                      spec["seed"], spec["task_seed"])
     seqs = stats.sequence_frame(sums, tokens, spec["responses"], config=spec["row"]["name"], student=spec["student"])
     store.write_table(seqs.assign(seconds=time.perf_counter() - t), out)
+    progress.done(f"admission {spec['row']['name']}.{spec['student']}", [out], t)
 
 
 def kv_attribution_job(spec: dict, out: Path) -> None:
     """Offline mismatch of an FP8 KV cache with every layer quantized, with one layer at a time, and
     with all layers but one (that one kept BF16); the first two also with keys only and values only in
     FP8. The same prompts and sampling seed for every case; one row per case and sequence."""
+    t0 = time.perf_counter()
     set_threads(spec)
     student = M.load(spec["student_path"])
     n = student.cfg.n_layers
     prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
     frames = []
+    cases = list(kv_attribution_cases(n))
+    bar = progress.Progress(f"kv-attribution {spec['student']}", len(spec["recipes"]) * len(cases), "case")
     for recipe in spec["recipes"]:
-        for mode, layer, keep, part in kv_attribution_cases(n):
+        for mode, layer, keep, part in cases:
             num = Numerics(kv_cache=recipe, bf16_layers=keep, kv_parts=part)
             sums, tokens = offline_logratios(student, num, prompts, spec["seed"])
             frames.append(stats.sequence_frame(sums, tokens, spec["responses"], student=spec["student"], recipe=recipe,
                                                part=part, mode=mode, layer=layer))
+            bar.update(recipe=recipe, mode=mode, layer=layer, part=part)
     store.write_table(pd.concat(frames, ignore_index=True), out)
+    progress.done(f"kv-attribution {spec['student']}", [out], t0)
 
 
 def throughput_job(spec: dict, out: Path) -> None:
