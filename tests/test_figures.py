@@ -224,7 +224,7 @@ def test_verl_async_throughput_comes_from_the_staleness_runs(analysis, tmp_path)
     df = store.read_table(out)
     assert df.groupby("config")["k"].first().to_dict() == {"bf16": 0, "k2": 2}
     fig = Files(pdf=str(tmp_path / "a.pdf"), png=str(tmp_path / "a.png"))
-    load("figure_async_throughput").main(Files([str(out)]), fig, SimpleNamespace())
+    load("figure_async_throughput").main(Files([str(out)]), fig, SimpleNamespace(backend="verl"))
     assert Path(fig.png).exists()
 
 
