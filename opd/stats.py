@@ -288,6 +288,13 @@ def prompts_for_relative_se(num, den, ns, target: float = 1 / 3, n_boot: int = 2
     return pd.DataFrame(rows)
 
 
+def prompts_needed(se, n_prompts, d_hat, ratio: float = 3.0):
+    """The prompts that would bring D_hat's standard error to d_hat / ratio, from an SE measured on
+    n_prompts (the SE of a mean of prompts shrinks as 1 / sqrt(n)): ceil(n (ratio SE / D_hat)^2)."""
+    se, n, d = (np.asarray(x, dtype=float) for x in (se, n_prompts, d_hat))
+    return np.ceil(n * (ratio * se / d) ** 2)
+
+
 def admit(d_hat: float, alpha: float = 1.5, L: float = 0.41) -> bool:
     """Admit a candidate engine iff alpha * D_hat < L."""
     return bool(alpha * d_hat < L)
@@ -317,13 +324,15 @@ def admission_summary(record: pd.DataFrame, ratio_floor: float) -> dict:
     right (the candidates that passed), the alpha a pilot would set (the largest in-training/offline
     ratio among candidates whose offline estimate is at least ratio_floor, below which the ratio is
     sampling noise), the retrospective L (the largest D that passed), and the range of D_hat's standard
-    error relative to D_hat among candidates with D_hat >= ratio_floor."""
+    error relative to D_hat among candidates with D_hat >= ratio_floor, and the most prompts any of them
+    needs for an SE of at most a third of D_hat (prompts_needed)."""
     c = record[record["candidate"].astype(bool)]
     known = c[c["agrees"].notna()]
     r = c[(c["d_hat"] >= ratio_floor) & c["ratio"].notna()]
     passed = c[c["outcome"] == "pass"]
     big = c[c["d_hat"] >= ratio_floor]
     rel = big["se"] / big["d_hat"]
+    need = prompts_needed(big["se"], big["n_prompts"], big["d_hat"])
     return {"alpha_implied": float(r["ratio"].max()) if len(r) else float("nan"),
             "L_retrospective": float(passed["D"].max()) if len(passed) else float("nan"),
             "n_decisions": int(len(known)), "n_agree": int(known["agrees"].astype(bool).sum()),
@@ -331,6 +340,8 @@ def admission_summary(record: pd.DataFrame, ratio_floor: float) -> dict:
             "n_baseline": int((~record["candidate"].astype(bool)).sum()),
             "se_relative_min": float(rel.min()) if len(rel) else float("nan"),
             "se_relative_max": float(rel.max()) if len(rel) else float("nan"),
+            "prompts_for_se_third": float(need.max()) if len(need) else float("nan"),
+            "n_prompts": int(c["n_prompts"].max()) if len(c) else 0,
             "ratio_floor": float(ratio_floor)}
 
 

@@ -248,3 +248,19 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
                          tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
                          "bf16", "m")
     assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again
+
+
+def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analysis, tmp_path):
+    mod = load("findings")
+    names = ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows", "kv_attribution")
+    mod.main(Files(**{n: str(analysis / f"{n}.parquet") for n in names},
+                   admission_summary=str(analysis / "admission_summary.json")),
+             Files(md=str(tmp_path / "findings.md")), SimpleNamespace(tau=0.2, baseline="bf16", primary="m",
+                                                                      alpha=1.5, L=0.41))
+    text = (tmp_path / "findings.md").read_text()
+    s = json.loads((analysis / "admission_summary.json").read_text())
+    assert f"{s['n_agree']} of {s['n_decisions']} candidate engines" in text
+    assert f"admitting every candidate would agree on {s['n_admit_all_agree']} of {s['n_decisions']}" in text
+    assert "rl-n1: -20.0 accuracy points vs its standard-engine run (collapsed: accuracy)" in text
+    kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
+    assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} and values only" in text

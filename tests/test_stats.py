@@ -114,6 +114,8 @@ def test_admission_summary_counts_candidates_not_the_baseline():
     s = stats.admission_summary(rec, ratio_floor=0.01)
     assert (s["n_decisions"], s["n_agree"], s["n_admit_all_agree"], s["n_baseline"]) == (2, 1, 0, 1)
     assert s["se_relative_min"] == s["se_relative_max"] == pytest.approx(0.001 / 0.4)  # only D_hat >= 0.01
+    assert s["prompts_for_se_third"] == 1  # 16 x (3 x 0.0025)^2, rounded up
+    assert stats.prompts_needed(0.01, 16, 0.01) == 144 and stats.prompts_needed(0.01 / 3, 16, 0.01) == 16
 
 
 def test_ratio_se_of_a_constant_is_zero_and_shrinks_as_one_over_root_n():

@@ -5,6 +5,7 @@ rule findings:
     input:
         **{k: rules.analysis.output[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr",
                                                  "heldout", "rl", "rows", "admission_summary")},
+        **({"kv_attribution": rules.kv_attribution.output[0]} if KV_STUDENTS else {}),
     output:
         md=f"{FIG}/findings.md",
     params:
