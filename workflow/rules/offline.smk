@@ -4,6 +4,7 @@ ADMISSION = [f"{OUT}/admission/{r.name}.{s}.parquet" for r in opd_engine_rows() 
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
 KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
+KV_ATTRIBUTION = {"prompts": 64, "responses": 4, **E.get("kv_attribution", {})}  # config.yaml's, over these defaults
 STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 
 
@@ -29,8 +30,8 @@ rule kv_attribution_student:
     """One student's cases (every layer, one layer, all but one; keys and values, keys only, values only),
     one row per case and sequence."""
     input:
-        unpack(lambda w: offline_inputs("kv_attribution", w.student, w.student, recipes=KV_CACHE_RECIPES, prompts=64,
-                                        responses=4, seed=E["admission"].get("seed", 0))),
+        unpack(lambda w: offline_inputs("kv_attribution", w.student, w.student, recipes=KV_CACHE_RECIPES,
+                                        **KV_ATTRIBUTION, seed=E["admission"].get("seed", 0))),
     output:
         f"{OUT}/kv_attribution/{{student}}.parquet",
     shell:
