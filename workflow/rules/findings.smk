@@ -1,8 +1,15 @@
 # Stage 3: the findings as sentences, every number computed from the analysis files (linked by the README).
 
 
+def findings_probes(w):
+    """The gradient probes' tables where the experiment has the mechanism stage (mechanism.smk's MECHANISM: tiny
+    backend); a function, as mechanism.smk is included after this file."""
+    return {"probes": rules.probes.output.probes, "probes_prefix": rules.probes.output.prefix} if MECHANISM else {}
+
+
 rule findings:
     input:
+        unpack(findings_probes),
         **{k: rules.analysis.output[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr",
                                                  "heldout", "rl", "rows", "admission_summary")},
         **({"kv_attribution": rules.kv_attribution.output[0]} if KV_STUDENTS else {}),

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from opd import report, scripts, store
+from opd import mechanism, report, scripts, store
 
 NOISE = ("- **Instrument noise.** The standard engine against itself, one seed against another: Δ has SD "
          "{sd_single:.1%} on {student} ({n_seeds} seeds; range {lo:+.1%} to {hi:+.1%}), where the problem-only "
@@ -30,6 +30,41 @@ ADMISSION = ("- **Admission check** (α = {alpha}, L = {L}, {n_prompts} prompts)
 RL = "- **RL under the same engines** ({student}): {items}."
 KV = ("- **FP8 KV cache by layer and part** ({student}, {recipe}, offline D̂ ± SE): every layer {all_kv}; {layers}.")
 RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
+# The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
+# analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers are typed here, labelled as the paper's.
+MECH_BOUND = ("- **Mechanism: the bias bound** (gradient probes of {student}'s first-seed runs): ‖g_bias‖₁ ≤ "
+              "2‖δ‖₁‖A‖∞ {holds} on all {n_prefixes:,} prefixes checked ({per_set:,.0f} per probed set on average); "
+              "the largest ‖g_bias‖₁/bound is {opd_max:.2f} for OPD and {rl_max:.2f} for REINFORCE. Of the "
+              "{n_sampled:,} sampled prefixes plotted in the mechanism figure's panel (c), the largest ‖g_bias‖₂/bound "
+              "is {sampled_max:.2f}.")
+MECH_BIAS = ("- **Mechanism: OPD's bias against REINFORCE's** (end of training over step 0, noise rows × probe "
+             "seeds): OPD's mean per-prefix bias is at {opd}x of its step-0 size, REINFORCE's Rδ at {rl}x; per "
+             "unit of mismatch (mean ‖δ‖₁, itself at {delta}x) OPD's is at {opd_per}x and REINFORCE's at {rl_per}x "
+             "(the paper: OPD's bias vanishes as A → 0, REINFORCE's does not).")
+MECH_GROWTH = ("- **Mechanism: T and S against σ** (growth of T/U and S/U from σ = {lo:g} to {hi:g}, range over the "
+               "probe seeds): {items}. The paper's: S 5.3x (0.098 → 0.517), T 2.1x (0.198 → 0.417).")
+MECH_GROWTH_ITEM = "{space}, step {step}: S {S}x, T {T}x, S grows faster in {n_faster} of {n} probe seeds"
+MECH_SIZES = ("- **Mechanism: the sizes of T and S** (σ = {lo:g}–{hi:g}, every probed step and probe seed): {items}. "
+              "The paper's T/U 0.198–0.417 and S/U 0.098–0.517.")
+MECH_SIZES_ITEM = "{space}: T > S at {n_gt} of {n} points, T/U {T}, S/U {S}"
+MECH_FIXED = ("- **Mechanism: error/update on fixed prefixes over training** (end over step 0): for σ ≥ {lo:g} the "
+              "error shrinks more than the update in {n_shrink} of {n} cases (noise row × probe seed × space); at "
+              "σ = {hi:g}, logit space, error/update is {r0_hi} at step 0 and {r1_hi} at the end. Over every noise "
+              "row, probe seed and space the error is at {err}x of its step-0 size (the paper's falls to "
+              "0.11–0.13x, its update faster, its error/update rising 0.93 → 1.88). At σ = {small:g}, logit space, "
+              "error/update goes {r0_small} → {r1_small} (rises in {n_rise} of {n_small} probe seeds). The "
+              "student's KL(p‖p_T) on its own prefixes goes from {kl0} at step 0 to {kl1} at the end (noise rows, "
+              "probe seed {seed}).")
+MECH_STALE = ("- **Mechanism: staleness** (k = {k}, error/update on fixed prefixes, logit space, probe seed {seed}): "
+              "{items}; the standard engine's at step {last}: {base}.")
+MECH_COST = ("- **Mechanism: cost** (probes.parquet's timing columns): the probe job took {job_s:.0f} s wall and "
+             "{cpu:.0f} CPU s for {n_runs} runs: re-training them to re-create their weights {rec:.0f} CPU s "
+             "({rec_each:.0f} s per run), probing {probe:.0f} ({per_point:.1f} s per run, step and probe seed). "
+             "Spread over {cores} cores that is about {cpu_cores:.0f} s of a from-scratch regeneration (its goal and "
+             "a re-measurement: benchmarks/probes.py), about {probe_cores:.0f} s if the runs saved the weights the "
+             "probes need. {n_same} of {n_runs} re-created runs repeat their recorded run at every step.")
+MECH_CORES = 2  # the cores of the README's reference machine (its set-up: 2 cores)
+MECH_SPACES = {"logit": "logit space", "param": "parameter space"}
 
 
 def budget_sentence(b: pd.Series) -> str:
@@ -71,8 +106,120 @@ def kv_sentences(kv: pd.DataFrame) -> list[str]:
     return out
 
 
+def two_digits(v: float) -> str:
+    """Two significant digits (0.70, 7.6, 23): the precision of the mechanism's sentences."""
+    return f"{v:#.2g}".rstrip(".") if abs(v) < 10 else f"{v:.0f}"
+
+
+def two_digit_span(values) -> str:
+    v = pd.Series(values, dtype=float).dropna()
+    if v.empty:
+        return "–"
+    lo, hi = two_digits(v.min()), two_digits(v.max())
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def mechanism_bound(t: pd.DataFrame, prefix: pd.DataFrame) -> dict:
+    """The bias bound over every checked prefix (probes.parquet) and over the plotted sample (probes_prefix)."""
+    worst = mechanism.bound_max(t)
+    sampled = pd.concat([(prefix[f"{k}_bias"] / prefix[f"{k}_bound"])[prefix[f"{k}_bound"] > 0] for k in ("opd", "rl")])
+    return {"holds": "holds" if worst.max() <= 1 else "is VIOLATED", "n_prefixes": mechanism.n_prefixes_checked(t),
+            "per_set": t[["n_prefixes_q", "n_prefixes_p", "n_prefixes_fixed"]].to_numpy().mean(),
+            "opd_max": worst["opd"], "rl_max": worst["rl"], "n_sampled": len(prefix),
+            "sampled_max": sampled.max() if len(sampled) else float("nan")}
+
+
+def mechanism_bias(t: pd.DataFrame) -> dict:
+    """OPD's and REINFORCE's mean per-prefix bias, end over step 0 (per-prefix means: the same in either space)."""
+    ot = mechanism.over_training(t, "logit")
+    return {"opd": two_digit_span(ot["opd_bias"]), "rl": two_digit_span(ot["rl_bias"]),
+            "opd_per": two_digit_span(ot["opd_per"]), "rl_per": two_digit_span(ot["rl_per"]),
+            "delta": two_digit_span(ot["delta"])}
+
+
+def mechanism_growth(t: pd.DataFrame) -> list[str]:
+    """Growth of T/U and S/U from LO to HI per space and end step, with how many probe seeds see S grow faster."""
+    items = []
+    for step in (int(t["step"].max()), int(t["step"].min())):
+        for space in ("param", "logit"):
+            s, tt = mechanism.growths(t, "S", step, space), mechanism.growths(t, "T", step, space)
+            if len(s):
+                items.append(MECH_GROWTH_ITEM.format(space=MECH_SPACES[space], step=step, S=two_digit_span(s),
+                                                     T=two_digit_span(tt), n_faster=int((s > tt).sum()), n=len(s)))
+    return items
+
+
+def mechanism_sizes(t: pd.DataFrame) -> list[str]:
+    """T/U and S/U at every probed point with LO <= sigma <= HI, and how often T > S."""
+    g = t[(t["noise_sigma"] >= mechanism.LO) & (t["noise_sigma"] <= mechanism.HI)]
+    return [MECH_SIZES_ITEM.format(space=MECH_SPACES[sp], n_gt=int((g[f"T_{sp}"] > g[f"S_{sp}"]).sum()), n=len(g),
+                                   T=two_digit_span(g[f"T_{sp}"] / g[f"U_{sp}"]),
+                                   S=two_digit_span(g[f"S_{sp}"] / g[f"U_{sp}"]))
+            for sp in ("logit", "param")] if len(g) else []
+
+
+def mechanism_fixed(t: pd.DataFrame) -> dict:
+    """Error and update on fixed prefixes, end over step 0, and the student's KL to its teacher."""
+    ot = {sp: mechanism.over_training(t, sp) for sp in ("logit", "param")}
+    both = pd.concat(ot.values())
+    big = both[both["sigma"] >= mechanism.LO]
+    hi, lg = ot["logit"][ot["logit"]["sigma"] == mechanism.HI], ot["logit"]
+    small = lg[lg["sigma"] == lg["sigma"].min()]
+    main = t[t["main"] & (t["noise_sigma"] > 0)]
+    return {"n_shrink": int((big["err"] < big["upd"]).sum()), "n": len(big), "r0_hi": two_digit_span(hi["r0"]),
+            "r1_hi": two_digit_span(hi["r1"]), "err": two_digit_span(both["err"]), "small": lg["sigma"].min(),
+            "r0_small": two_digit_span(small["r0"]), "r1_small": two_digit_span(small["r1"]),
+            "n_rise": int((small["r1"] > small["r0"]).sum()), "n_small": len(small),
+            "kl0": two_digit_span(main.loc[main["step"] == main["step"].min(), "kl_pt"]),
+            "kl1": two_digit_span(main.loc[main["step"] == main["step"].max(), "kl_pt"]),
+            "seed": int(main["probe_seed"].iloc[0])}
+
+
+def mechanism_staleness(t: pd.DataFrame, baseline: str) -> dict | None:
+    """The stalest row's error/update on fixed prefixes at every probed step, and the standard engine's at the end."""
+    main = t[t["main"]]
+    stale = main[(main["staleness"] > 0) & (main["noise_sigma"] == 0)]
+    base = main[(main["config"] == baseline) & (main["step"] == main["step"].max())]
+    if stale.empty or base.empty:
+        return None
+    k = int(stale["staleness"].max())
+    g = stale[stale["staleness"] == k].sort_values("step")
+    items = ", ".join(f"{two_digits(r.err_fixed_logit / r.upd_fixed_logit)} at step {r.step}" for r in g.itertuples())
+    b = base.iloc[0]
+    return {"k": k, "seed": int(g["probe_seed"].iloc[0]), "items": items, "last": int(b["step"]),
+            "base": two_digits(b["err_fixed_logit"] / b["upd_fixed_logit"])}
+
+
+def mechanism_cost(t: pd.DataFrame) -> dict:
+    """The probe job's time from its timing columns (per run: run_*, recreate_*; per job: job_s)."""
+    runs = t.groupby(["config", "seed"]).first()
+    cpu, rec = runs["run_cpu_s"].sum(), runs["recreate_cpu_s"].sum()
+    return {"job_s": t["job_s"].max(), "cpu": cpu, "n_runs": len(runs), "rec": rec, "rec_each": rec / len(runs),
+            "probe": cpu - rec, "per_point": (cpu - rec) / len(t), "cores": MECH_CORES,
+            "cpu_cores": cpu / MECH_CORES, "probe_cores": (cpu - rec) / MECH_CORES,
+            "n_same": int((runs["steps_match_first_diverged"] < 0).sum())}
+
+
+def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) -> list[str]:
+    """The mechanism group: every number from the probes' tables."""
+    lo_hi = {"lo": mechanism.LO, "hi": mechanism.HI}
+    out = [MECH_BOUND.format(student=t["student"].iloc[0], **mechanism_bound(t, prefix))]
+    if (t["noise_sigma"] > 0).any():
+        out.append(MECH_BIAS.format(**mechanism_bias(t)))
+        if growth := mechanism_growth(t):
+            out.append(MECH_GROWTH.format(items="; ".join(growth), **lo_hi))
+        if sizes := mechanism_sizes(t):
+            out.append(MECH_SIZES.format(items="; ".join(sizes), **lo_hi))
+        out.append(MECH_FIXED.format(**mechanism_fixed(t), **lo_hi))
+    if stale := mechanism_staleness(t, baseline):
+        out.append(MECH_STALE.format(**stale))
+    out.append(MECH_COST.format(**mechanism_cost(t)))
+    return out
+
+
 def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission, rl, tau, baseline, primary,
-             kv=None) -> str:
+             kv=None, probes=None) -> str:
+    """probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny backend)."""
     out = [f"# Findings of this experiment (generated by workflow/scripts/findings.py; τ = {tau:.0%})", ""]
     students = [primary] + sorted(set(verdicts["student"]) - {primary})
     base = heldout[heldout["config"] == baseline]
@@ -114,6 +261,8 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
             out.append(RL.format(student=student, items=items))
     if kv is not None:
         out += kv_sentences(kv)
+    if probes is not None:
+        out += mechanism_sentences(*probes, baseline)
     return "\n".join(out) + "\n"
 
 
@@ -122,10 +271,12 @@ def main(inp, out, params):
                                                             "staleness_lr", "heldout", "rl")}
     rows = report.rows_frame(inp.rows)
     admission = json.loads(open(inp.admission_summary).read()) | {"alpha": params.alpha, "L": params.L}
+    probes = (store.read_table(inp.probes), store.read_table(inp.probes_prefix)) if hasattr(inp, "probes") else None
     text = findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
                     tables["staleness_lr"], tables["heldout"], rows, admission, tables["rl"], params.tau,
                     params.baseline, params.primary,
-                    store.read_table(inp.kv_attribution) if hasattr(inp, "kv_attribution") else None)
+                    store.read_table(inp.kv_attribution) if hasattr(inp, "kv_attribution") else None,
+                    probes=probes)
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 

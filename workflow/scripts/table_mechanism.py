@@ -4,22 +4,9 @@ REINFORCE's. Every toy number is read from the probes' table (opd/backends/tiny/
 import pandas as pd
 
 from opd import report, scripts, store
+from opd.mechanism import HI, LO, growth_of, n_prefixes_checked, over_training
 
-LO, HI = 0.15, 0.325  # the paper's two noise levels
 SPACES = (("logit", "toy, logit space"), ("param", "toy, parameter space"))
-
-
-def at(t, sigma, step, seed):
-    g = t[(t["noise_sigma"] == sigma) & (t["step"] == step) & (t["probe_seed"] == seed)]
-    return g.iloc[0] if len(g) else None
-
-
-def growth_of(t, term, step, space, seed):
-    a, b = at(t, LO, step, seed), at(t, HI, step, seed)
-    if a is None or b is None:
-        return None
-    x, y = a[f"{term}_{space}"] / a[f"U_{space}"], b[f"{term}_{space}"] / b[f"U_{space}"]
-    return x, y
 
 
 def growth(t, term, step, space):
@@ -44,25 +31,6 @@ def span(values, fmt="{:.2f}"):
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def ratio(a, b):
-    return a / b if b else float("nan")
-
-
-def over_training(t, space):
-    """Per noise row and probe seed: fixed-prefix error and update at the end over step 0, and error/update at both."""
-    last = int(t["step"].max())
-    out = []
-    for (sigma, seed), g in t[t["noise_sigma"] > 0].groupby(["noise_sigma", "probe_seed"]):
-        s0, s1 = g[g["step"] == 0].iloc[0], g[g["step"] == last].iloc[0]
-        e, u = f"err_fixed_{space}", f"upd_fixed_{space}"
-        out.append({"sigma": sigma, "seed": seed, "err": s1[e] / s0[e], "upd": s1[u] / s0[u], "r0": s0[e] / s0[u],
-                    "r1": s1[e] / s1[u], "opd_bias": s1["opd_bias_mean"] / s0["opd_bias_mean"],
-                    "rl_bias": ratio(s1["rl_bias_mean"], s0["rl_bias_mean"]),
-                    "opd_per": ratio(s1["opd_bias_mean"] / s1["delta_l1"], s0["opd_bias_mean"] / s0["delta_l1"]),
-                    "rl_per": ratio(s1["rl_bias_mean"] / s1["delta_l1"], s0["rl_bias_mean"] / s0["delta_l1"])})
-    return pd.DataFrame(out)
-
-
 def main(inp, out, params):
     t = store.read_table(inp[0])
     last = int(t["step"].max())
@@ -83,7 +51,7 @@ def main(inp, out, params):
          "paper": "does not vanish"},
         {"quantity": "max over prefixes of ‖g_bias‖₁ / (2 ‖δ‖₁ ‖A‖∞), OPD and REINFORCE", "paper": "≤ 1 (a bound)"},
     ]
-    n_prefixes = int(t["n_prefixes_q"].sum()) + int(t["n_prefixes_fixed"].sum())
+    n_prefixes = n_prefixes_checked(t)
     for space, col in SPACES:
         ot = over_training(t, space)
         vals = [growth(t, "S", 0, space), growth(t, "S", last, space), growth(t, "T", 0, space),
