@@ -50,6 +50,11 @@ def admission_rows(m: Matrix) -> bool:
     return m.has(lambda r: r.in_budget and not r.baseline and not r.staleness)
 
 
+def guarded_rows(m: Matrix) -> bool:
+    """Rows with a mismatch guard (opd.guard)."""
+    return m.has(lambda r: r.guard is not None)
+
+
 # The report's categories (`snakemake --report`), in the paper's order; every output names one of them, and
 # the rules outside this table (mechanism, findings, run provenance) use the same names.
 BUDGET, ADMISSION, KV_CACHE, THROUGHPUT, RL, MECHANISM, INFRA, INSTRUMENT, FINDINGS = CATEGORIES = (
@@ -120,6 +125,8 @@ OUTPUTS: tuple[Output, ...] = (
            "the instrument's noise: seed-vs-seed Delta of the standard engine", INSTRUMENT),
     Output("staleness_lr", "figure", ("staleness_lr",), lambda m: m.has(lambda r: r.staleness > 0),
            "staleness against the learning rate", BUDGET),
+    Output("guard", "figure", ("guard", "steps"), guarded_rows,
+           "the mismatch guard: d_n per step with its activations, Delta against throughput", BUDGET),
     # tables
     Output("runs", "table", ("verdicts", "rows"), _always, "every configuration: D, Delta, intervals, verdicts",
            BUDGET),
@@ -133,6 +140,8 @@ OUTPUTS: tuple[Output, ...] = (
     Output("rl", "table", ("rl",), lambda m: m.has(lambda r: r.algorithm != "opd"), "the RL contrast", RL),
     Output("noise", "table", ("noise",), lambda m: m.baseline_seeds >= 2, "the instrument's noise per student",
            INSTRUMENT),
+    Output("guard", "table", ("guard",), guarded_rows,
+           "the mismatch guard: Delta guarded and unguarded, cheap-engine share, throughput, activations", BUDGET),
 )
 
 

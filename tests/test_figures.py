@@ -18,11 +18,14 @@ ROWS = [{"name": "bf16", "baseline": True}, {"name": "fp8w", "weights": "fp8_ten
         {"name": "kv", "kv_cache": "fp8_e4m3"}, {"name": "k2", "staleness": 2}, {"name": "n1", "noise_sigma": 0.1},
         {"name": "n3", "noise_sigma": 0.3}, {"name": "n3-tis", "noise_sigma": 0.3, "variant": "tis"},
         {"name": "rl-bf16", "algorithm": "reinforce"}, {"name": "rl-n1", "algorithm": "reinforce", "noise_sigma": 0.1},
-        {"name": "k0-lo", "lr": 3e-5}, {"name": "k2-lo", "lr": 3e-5, "staleness": 2, "reference": "k0-lo"}]
+        {"name": "k0-lo", "lr": 3e-5}, {"name": "k2-lo", "lr": 3e-5, "staleness": 2, "reference": "k0-lo"},
+        {"name": "n1-guard", "noise_sigma": 0.1, "guard": {"d_max": 0.01, "window": 3, "action": "fallback",
+                                                           "cooldown": 5}}]
 D = {"bf16": 1e-4, "fp8w": 2e-3, "kv": 5e-3, "k2": 1e-3, "n1": 0.05, "n3": 0.6, "n3-tis": 0.6, "rl-bf16": 1e-4,
-     "rl-n1": 0.05, "k0-lo": 1e-4, "k2-lo": 1e-3}
+     "rl-n1": 0.05, "k0-lo": 1e-4, "k2-lo": 1e-3, "n1-guard": 0.02}
 SCALE = {"n3": 1.6, "n3-tis": 1.7, "rl-n1": 1.4, "k0-lo": 1.3, "k2-lo": 1.3 * 1.05}
-SEEDS = {"bf16": 4, "n1": 3, "n3": 3, "k0-lo": 2, "k2-lo": 2}  # one seed elsewhere
+SEEDS = {"bf16": 4, "n1": 3, "n3": 3, "k0-lo": 2, "k2-lo": 2, "n1-guard": 3}  # one seed elsewhere
+GUARD_SPAN = np.arange(20) % 10 >= 4  # a guarded row's steps on the fallback (two activations)
 
 
 class Files(list):
@@ -56,6 +59,9 @@ def make_runs(d: Path, rows=ROWS):
                            "engine_version": np.maximum(0, np.arange(20) - r.get("staleness", 0)), "loss": 0.1,
                            "grad_norm": 1.0, "entropy": np.linspace(0.5, 0.4, 20), "response_len_mean": 20.0,
                            "reward_mean": 0.5, "engine": "row", "guard_active": False})
+        if "guard" in r:
+            st = st.assign(guard_active=GUARD_SPAN, engine=np.where(GUARD_SPAN, r["guard"]["action"], "row"),
+                           step_s=np.where(GUARD_SPAN, 0.12, 0.1))
         frames = []
         for step, f in ((0, 2.0), (10, 1.4), (20, 1.0)):
             kl = base_kl * f * (SCALE.get(name, 1.0) * run_scale if step else 1.0) * rng.lognormal(0, 0.03, n)
@@ -101,6 +107,10 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
                                            recipe="fp8_e4m3", part=part, mode=m, layer=layer)
                       for m, layer, part, v in cases])
     store.write_table(load("kv_attribution").attribution(seqs, 500, 0), a / "kv_attribution.parquet")
+    if any("guard" in r for r in rows):
+        load("guard_analysis").main(Files(steps=out.steps, verdicts=out.verdicts), Files([str(a / "guard.parquet")]),
+                                    SimpleNamespace(rows=params.rows, baseline="bf16",
+                                                    experiment={"admission": {"alpha": 1.5, "L": 0.41}}))
     thr = pd.concat([store.read_table(steps[0]).assign(k=k, step_s=0.1 / (1 + 0.2 * (k > 0))) for k in (0, 1, 2)])
     store.write_table(thr, a / "async_throughput.parquet")
     store.write_table(pd.DataFrame([{"kv_cache": kv, "batch": b, "seconds": 1.0, "tokens": b * 30,
@@ -248,48 +258,6 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
                          tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
                          "bf16", "m")
     assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again
-    # the mechanism group: only with the probes' tables (tiny backend), and it follows them
-    assert "Mechanism" not in text
-    probes, prefix = probe_tables()
-    store.write_table(probes, tmp_path / "probes.parquet")
-    store.write_table(prefix, tmp_path / "probes_prefix.parquet")
-    mod.main(Files(**{n: str(analysis / f"{n}.parquet") for n in names},
-                   admission_summary=str(analysis / "admission_summary.json"),
-                   probes=str(tmp_path / "probes.parquet"), probes_prefix=str(tmp_path / "probes_prefix.parquet")),
-             out, params)
-    text = Path(out.md).read_text()
-    worst = probes["opd_bias_bound_max_l1"].max()
-    n_big = probes["noise_sigma"].between(0.15, 0.325)
-    n_gt = int((probes.loc[n_big, "T_logit"] > probes.loc[n_big, "S_logit"]).sum())
-    assert f"holds on all {probes['n_prefixes_q'].sum() + probes['n_prefixes_fixed'].sum():,} prefixes" in text
-    assert f"is {worst:.2f} for OPD" in text and f"logit space: T > S at {n_gt} of {n_big.sum()} points" in text
-    assert f"{probes.groupby('config')['run_cpu_s'].first().sum():.0f} CPU s for 4 runs" in text
-    probes["opd_bias_bound_max_l1"] = 0.5
-    probes.loc[3, "opd_bias_bound_max_l1"] = 0.91
-    probes["T_logit"] = probes["S_logit"] * 2
-    again = mod.findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
-                         tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
-                         "bf16", "m", probes=(probes, prefix))
-    assert "is 0.91 for OPD" in again and f"is {worst:.2f} for OPD" not in again
-    assert f"logit space: T > S at {n_big.sum()} of {n_big.sum()} points" in again
-
-
-def probe_tables(seed=0):
-    """A small probes.parquet and probes_prefix.parquet (opd/backends/tiny/probes.py's columns): a baseline, two
-    noise rows at the paper's levels and a staleness row, probe seed 0 at three steps and seed 1 at the ends."""
-    rng = np.random.default_rng(seed)
-    measured = [f"{q}_{sp}" for q in ("T", "S", "U", "err_fixed", "upd_fixed") for sp in ("logit", "param")]
-    measured += ["opd_bias_mean", "rl_bias_mean", "opd_bias_bound_max_l1", "rl_bias_bound_max_l1", "delta_l1", "kl_pt"]
-    rows = [{"config": config, "student": "m", "seed": 0, "noise_sigma": sigma, "staleness": k, "step": step,
-             "probe_seed": ps, "main": ps == 0, "n_prefixes_q": 100 + ps, "n_prefixes_p": 100, "n_prefixes_fixed": 90,
-             "steps_match_first_diverged": -1, "recreate_cpu_s": 10.0 + i, "run_cpu_s": 20.0 + 2 * i, "job_s": 50.0,
-             **dict(zip(measured, rng.uniform(0.05, 0.95, len(measured))))}
-            for i, (config, sigma, k) in enumerate((("bf16", 0.0, 0), ("n-lo", 0.15, 0), ("n-hi", 0.325, 0),
-                                                    ("k8", 0.0, 8)))
-            for ps in (0, 1) for step in ((0, 50, 100) if ps == 0 else (0, 100))]
-    prefix = pd.DataFrame({c: rng.uniform(0.01, 0.5, 40) for c in ("opd_bias", "rl_bias")}).assign(
-        opd_bound=1.0, rl_bound=1.0)
-    return pd.DataFrame(rows), prefix
 
 
 def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analysis, tmp_path):
@@ -306,3 +274,17 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     assert "rl-n1: -20.0 accuracy points vs its standard-engine run (collapsed: accuracy)" in text
     kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
     assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} and values only" in text
+
+
+def test_guard_record(analysis):
+    """analysis/guard.parquet from the fixture's guarded row (steps 4-9 and 14-19 of each run on the fallback,
+    1.2x slower there): its unguarded twin, the cheap engine's share, two activations per run, the in-run
+    speed ratio, no false alarm of its guard over the standard engine's runs."""
+    g = store.read_table(analysis / "guard.parquet").set_index("config").loc["n1-guard"]
+    v = store.read_table(analysis / "verdicts.parquet").set_index("config")
+    assert g["unguarded"] == "n1" and g["action"] == "fallback" and g["d_max"] == 0.01 and g["n_runs"] == 3
+    assert g["cheap_share"] == pytest.approx(0.4) and g["activations"] == 2 and g["activations_max"] == 2
+    assert g["cheap_over_fallback"] == pytest.approx(1.2) and g["ratio"] == pytest.approx(500 / 0.112 / (500 / 0.1))
+    assert g["baseline_alarms"] == 0 and g["baseline_runs"] == 4 and g["baseline_max_window_d"] < 0.01
+    assert g["delta"] == v.loc["n1-guard", "delta"] and g["unguarded_delta"] == v.loc["n1", "delta"]
+    assert g["unguarded_verdict_seeds"] == v.loc["n1", "verdict_seeds"]

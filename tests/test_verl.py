@@ -850,3 +850,97 @@ def test_the_readme_says_per_recipe_whether_verl_runs_a_real_kernel_or_an_emulat
     for (w, a), q in plan.NATIVE.items():
         assert plan.kernels({"name": "x", "weights": w, "activations": a}) == {"weights": "vLLM kernel",
                                                                              "activations": "vLLM kernel"}
+
+
+# ---------------------------------------------------------------- the mismatch guard through the weight-sync hook
+
+class SyncRecorder(LoadRecorder):
+    """Stands in for verl's update_weights_from_ipc (vllm_rollout/utils.py:248): one weight sync, each of
+    its buckets through _update_weights."""
+
+    def update_weights_from_ipc(self, buckets):
+        self.synced = {}
+        for b in buckets:
+            self._update_weights(b)
+            self.synced.update(self.loaded)
+
+
+class GuardedWorker(hook.WeightNumerics, SyncRecorder):
+    pass
+
+
+def verl_line(step: int, d_n: float) -> str:
+    """A training record as verl's file logger writes it (the keys of tests/fixtures/verl_0.9_file_logger.jsonl)."""
+    return json.dumps({"step": step, "data": {"training/global_step": step, "rollout_corr/kl": d_n - 1e-5,
+                                              "actor/distillation/ppo_kl": 1e-5, "timing_s/step": 1.0,
+                                              "response_length/mean": 10.0}}) + "\n"
+
+
+def test_the_hook_chooses_each_syncs_numerics_from_the_logged_d_n(tmp_path):
+    """The real hook class: the row's numerics until the mean d_n of 2 logged steps passes d_max, then BF16
+    weights (the fallback) for the cooldown's steps, one decision per sync for all its buckets, recorded in
+    GUARD_LOG and read back by logparse as steps.parquet's engine and guard_active."""
+    numerics = {"weights": "none", "bf16_layers": [], "noise_sigma": 0.2, "noise_seed": 1}
+    guard = {"d_max": 0.01, "window": 2, "action": "fallback", "cooldown": 2, "run_dir": str(tmp_path), "steps": 20}
+    w = GuardedWorker()
+    w.rank = 0
+    w.vllm_config = SimpleNamespace(additional_config={"opd_numerics": numerics, "opd_guard": guard},
+                                    model_config=SimpleNamespace(hf_config=SimpleNamespace(num_hidden_layers=3)))
+    before = {k: v.clone() for k, v in tiny_model().state_dict().items()}
+    items = list(before.items())
+    noisy = quant.engine_weights(before, weights="none", noise_sigma=0.2, noise_seed=1, bf16_layers=[], n_layers=3)
+    log = tmp_path / "verl.0.jsonl"
+
+    def sync(*d_ns):
+        with open(log, "a") as f:
+            for d in d_ns:
+                sync.step += 1
+                f.write(verl_line(sync.step, d))
+        w.update_weights_from_ipc([items[:4], items[4:]])
+        return "row" if all(torch.equal(w.synced[k], noisy[k]) for k in before) else (
+            "bf16" if all(torch.equal(w.synced[k], before[k]) for k in before) else "mixed")
+    sync.step = 0
+
+    logged = [0.001, 0.002, 0.03, 0.03, 0.05, 0.05, 0.001, 0.05, 0.05, 0.05, 0.05, 0.05]
+    seen = [sync()] + [sync(d) for d in logged]
+    # a sync after logging step n serves step n + 2 (verl logs step n after the sync that follows update n).
+    # Logged 3: mean(0.002, 0.03) > 0.01 -> span [5, 7); steps 4-6 are not watched; logged 8: mean(0.001, 0.05)
+    # -> span [10, 14), the cooldown doubled (a re-trigger right after the return)
+    assert seen == ["row"] * 3 + ["bf16"] * 2 + ["row"] * 3 + ["bf16"] * 4 + ["row"]
+    recs = [json.loads(x) for x in (tmp_path / hook.GUARD_LOG).read_text().splitlines()]
+    assert [r["step"] for r in recs] == list(range(2, 15))
+    assert [r["step"] for r in recs if r["engine"] != "row"] == [5, 6, 10, 11, 12, 13]
+    df = logparse.parse(log, run_id="r", config="c", student="s", seed=0, responses_per_step=4,
+                        guard_log=tmp_path / hook.GUARD_LOG)
+    assert df.loc[df["guard_active"], "step"].tolist() == [5, 6, 10, 11, 12]
+    assert set(df.loc[df["guard_active"], "engine"]) == {"fallback"} and set(df.loc[~df["guard_active"], "engine"]) == {"row"}
+    assert df["d_n"].tolist() == pytest.approx(logged)
+
+
+def test_verl_runs_the_guard_it_can_and_names_what_it_cannot(toy_config):
+    paper = toy_config["experiments"]["paper"]
+    g = {"d_max": "budget", "window": 10, "cooldown": 10}
+    ok = [{"name": "g-noise", "noise_sigma": 0.15, "guard": {**g, "action": "fallback"}},
+          {"name": "g-nvfp4-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "fallback_numerics"}}]
+    bad = [{"name": "g-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "sync"}},
+           {"name": "g-k8-fb", "noise_sigma": 0.1, "staleness": 8, "guard": {**g, "action": "fallback"}},
+           {"name": "g-kv", "kv_cache": "fp8_e4m3", "guard": {**g, "action": "fallback"}}]
+    paper["rows"] += ok
+    C.validate(toy_config)
+    for r in ok:
+        run = next(x for x in C.runs(toy_config, "paper") if x.name == r["name"])
+        ov = run_overrides(toy_config, run, run_dir="runs/x")
+        extra = next(o for o in ov if ".additional_config=" in o)
+        assert "opd_guard:{d_max:0.41," in extra and "action:'" + r["guard"]["action"] + "'" in extra
+        cfg = verl_compose(ov, asynchronous=run.row.staleness > 0)
+        vllm = OmegaConf.to_container(cfg.actor_rollout_ref.rollout.engine_kwargs.vllm)
+        assert vllm["additional_config"]["opd_guard"]["d_max"] == paper["admission"]["L"]
+        assert vllm["worker_extension_cls"] == "opd.backends.verl.hook.WeightNumerics"
+    paper["rows"] += bad
+    with pytest.raises(C.ConfigError) as e:
+        C.validate(toy_config)
+    m, n = str(e.value), len(paper["rows"])
+    assert f"row {n - 3} ('g-k8'), field 'guard.action': verl backend: 'sync' changes the staleness" in m
+    assert f"row {n - 2} ('g-k8-fb'), field 'guard.action': verl backend: 'fallback' changes the staleness" in m
+    assert f"row {n - 1} ('g-kv'), field 'guard': verl backend: the row's KV-cache dtype" in m
+    assert "'g-noise'" not in m and "'g-nvfp4-k8'" not in m

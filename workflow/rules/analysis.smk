@@ -38,3 +38,21 @@ rule analysis:
         f"logs/{EXP}/analysis.log",
     script:
         "../scripts/analysis.py"
+
+
+# The mismatch guard's record (opd/guard.py): guarded rows against the same engine unguarded and the standard
+# engine; in the DAG only where an output needs it (opd.outputs.guarded_rows).
+rule guard_analysis:
+    input:
+        steps=rules.analysis.output.steps,
+        verdicts=rules.analysis.output.verdicts,
+    output:
+        f"{ANALYSIS}/guard.parquet",
+    params:
+        rows=[r.resolved() for r in ROWS.values()],
+        baseline=BASELINE,
+        experiment=E,
+    log:
+        f"logs/{EXP}/guard_analysis.log",
+    script:
+        "../scripts/guard_analysis.py"

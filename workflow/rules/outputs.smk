@@ -11,6 +11,7 @@ ANALYSIS_FILES = {
     "async_throughput": (rules.throughput if BACKEND == "tiny" else rules.throughput_from_runs).output[0],
     "memory_bound": rules.memory_bound.output[0],
     "admission_summary.json": rules.analysis.output.admission_summary,
+    "guard": rules.guard_analysis.output[0],
 }
 OUTPUTS = O.selected(E)
 OUTPUT_PARAMS = {"experiment": EXP, "tau": E["tau"], "baseline": BASELINE, "primary": PRIMARY,

@@ -20,6 +20,7 @@ from opd.rows import Row
 
 from . import logparse
 from .layout import layout as layout_of
+from .hook import GUARD_LOG
 from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
 from .plan import Schedule, schedule
 
@@ -126,7 +127,7 @@ def train_run(spec: dict, run_dir: Path) -> None:
     # verl's file logger truncates its file: every attempt gets its own (logparse reads them all); the
     # path reaches the logger's Ray actor through the runtime_env in the overrides
     args = overrides(row, spec["student_spec"], spec["settings"], spec["verl"], student=student, seed=seed,
-                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)))
+                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.get("guard"))
     env = dict(os.environ)
     try:
         if nodes > 1:
@@ -140,7 +141,8 @@ def train_run(spec: dict, run_dir: Path) -> None:
     logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec["run_id"],
                          config=Row.of(row).name, student=student, seed=seed,
                          responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"],
-                         staleness=Row.of(row).staleness)
+                         staleness=Row.of(row).staleness,
+                         guard_log=run_dir / GUARD_LOG if spec.get("guard") else None)
     heldout_eval(spec, run_dir)
 
 

@@ -10,6 +10,18 @@ calls `reload_checkpoint` through `collective_rpc`: it loads a checkpoint folder
 later training step's) through vLLM's own `reload_weights`, with the numerics applied if any, so one
 engine serves every step of an evaluation.
 
+The mismatch guard (a row's `guard`, opd.guard): overrides.py adds `opd_guard` to `additional_config`
+(the resolved guard, the run folder, the steps). At each weight sync (`update_weights_from_ipc`, verl's
+entry for one sync, whose buckets reach `_update_weights`) the hook reads the d_n verl has logged so far
+(the run folder's verl.<attempt>.jsonl, logparse.d_n_by_step), replays opd.guard.GuardState over them,
+and loads the synced weights with the row's numerics, or as the trainer sent them (BF16: the fallback)
+while the guard is active; rank 0 of each engine appends its decision to GUARD_LOG, which logparse turns
+into steps.parquet's `engine` and `guard_active`. verl logs step n after the sync that follows update n
+(trainer/ppo/ray_trainer.py:1715-1716, 1802), so a sync sees d_n up to n - 1 and its weights first roll
+out step n + 1: the decision lags one step (GUARD_LAG). Only the numerics the hook applies can switch:
+the staleness (fixed when verl's trainer starts) and vLLM's own KV-cache dtype and quantization (engine
+arguments) cannot; plan.errors refuses such guards.
+
 Both work on checkpoint-format (Hugging Face) names and tensors, before vLLM fuses q/k/v and gate/up
 and repacks for its kernels; changing a loaded parameter in place would miss kernels that repack (the
 CPU backend does). The numbers are opd.quant's, the same functions the tiny engine uses: per-tensor FP8
@@ -19,12 +31,17 @@ fixed-direction Gaussian noise on every tensor.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
 
+from opd.guard import ROW_ENGINE, GuardState
 from opd.quant import engine_weights
+
+GUARD_LOG = "guard.jsonl"  # in the run folder: one line per weight sync of a guarded run, {step, engine}
+GUARD_LAG = 1  # steps between the last d_n a sync sees and the first step its weights roll out, minus one
 
 
 def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dict,
@@ -35,6 +52,18 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
                              noise_sigma=numerics.get("noise_sigma", 0.0), noise_seed=numerics.get("noise_seed", 0),
                              bf16_layers=numerics.get("bf16_layers", ()), n_layers=n_layers)
         yield name, out[name]
+
+
+def guard_decision(guard: dict) -> tuple[int, str]:
+    """(the step a weight sync's weights first roll out, the engine for it: opd.guard.ROW_ENGINE or the
+    guard's action), from the d_n the run's verl logs hold now. `guard`: additional_config's opd_guard."""
+    from .logparse import attempt_logs, d_n_by_step
+    d = d_n_by_step(attempt_logs(Path(guard["run_dir"])))
+    g = GuardState.of_spec(guard, lag=GUARD_LAG, steps=int(guard["steps"]))
+    for step in sorted(d):
+        g.observe(step, d[step])
+    upcoming = (max(d) if d else 0) + 1 + GUARD_LAG
+    return upcoming, g.engine(upcoming)
 
 
 def local_checkpoint(model: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
@@ -81,8 +110,29 @@ class WeightNumerics(_verl_extension()):
     def _opd_layers(self) -> int:
         return self.vllm_config.model_config.hf_config.num_hidden_layers
 
+    def _opd_guard(self) -> dict | None:
+        return (getattr(self.vllm_config, "additional_config", None) or {}).get("opd_guard")
+
+    def _opd_sync_numerics(self) -> dict | None:
+        """The numerics of this weight sync: the row's, or none while its guard is active."""
+        numerics, guard = self._opd_numerics(), self._opd_guard()
+        if not guard:
+            return numerics
+        step, engine = guard_decision(guard)
+        if getattr(self, "rank", 0) == 0:
+            with open(Path(guard["run_dir"]) / GUARD_LOG, "a") as f:
+                f.write(json.dumps({"step": step, "engine": engine}) + "\n")
+        return numerics if engine == ROW_ENGINE else None
+
+    def update_weights_from_ipc(self, *args, **kwargs):  # verl: one weight sync (its buckets: _update_weights)
+        self._opd_sync = self._opd_sync_numerics()  # one decision for every bucket of the sync
+        try:
+            return super().update_weights_from_ipc(*args, **kwargs)
+        finally:
+            del self._opd_sync
+
     def _update_weights(self, weights, *args, **kwargs):  # verl: one bucket of a weight sync
-        numerics = self._opd_numerics()
+        numerics = self._opd_sync if hasattr(self, "_opd_sync") else self._opd_sync_numerics()
         if numerics:
             weights = list(transform_weights(weights, numerics, self._opd_layers()))
         return super()._update_weights(weights, *args, **kwargs)

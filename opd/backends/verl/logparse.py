@@ -44,7 +44,9 @@ Mapping:
                     An integer (store.STEPS); the covered steps' mean is (k - 1) / 2 for a full cycle
   policy_version    the last covered step; engine_version = policy_version - staleness
   seq_logratio_p90  not logged by verl: NaN
-  engine, guard_active  the row's engine, not active (the guard's decisions are applied in the weight-sync hook)
+  engine, guard_active  with a guard: the weight-sync hook's decision for the step (`guard_log`, GUARD_LOG in
+                    the run folder: the engine of the first step each sync serves, for the k steps it serves),
+                    else the row's engine and False
 Validation-only lines are skipped. verl's file logger truncates its file when it starts, so each attempt of
 a run (a requeued job resumes from verl's last checkpoint) logs to its own file, `verl.<attempt>.jsonl`
 (`attempt_log`); `parse` reads them in attempt order and a step logged again after a resume keeps its last
@@ -98,21 +100,52 @@ def training_records(paths: list[Path]) -> dict[int, dict]:
     return records
 
 
+def pg_kl_key(d: dict) -> str:
+    """The policy loss's log p_old - log p_theta key in a training record (OPD's, else PPO's)."""
+    return "actor/distillation/ppo_kl" if "actor/distillation/ppo_kl" in d else "actor/ppo_kl"
+
+
+def d_n_of(d: dict) -> float:
+    """A training record's d_n: rollout_corr/kl (log q - log p_old) + ppo_kl (log p_old - log p_theta)."""
+    return float(d["rollout_corr/kl"]) + float(d[pg_kl_key(d)])
+
+
+def d_n_by_step(paths: list[Path]) -> dict[int, float]:
+    """{step: d_n} of every training record logged so far that has both parts (what the guard watches)."""
+    return {step: d_n_of(d) for step, d in training_records(paths).items() if pg_kl_key(d) in d}
+
+
+def guard_engines(guard_log: Path | None, staleness: int) -> dict[int, str]:
+    """{step: engine} from the weight-sync hook's decisions (opd.backends.verl.hook.GUARD_LOG): each sync's
+    decision holds for the step it was made for and, with k > 0, the k - 1 after it (the k batches one
+    weight version serves); a later record for the same step wins (a resumed run)."""
+    if guard_log is None or not Path(guard_log).exists():
+        return {}
+    out = {}
+    for line in Path(guard_log).read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            for s in range(rec["step"], rec["step"] + max(1, int(staleness))):
+                out[s] = rec["engine"]
+    return out
+
+
 def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed: int,
-          responses_per_step: int, staleness: int = 0) -> pd.DataFrame:
+          responses_per_step: int, staleness: int = 0, guard_log: Path | None = None) -> pd.DataFrame:
     """steps.parquet's rows from one log or a run's attempt logs (in attempt order); `staleness` is the
-    row's k (trigger_parameter_sync_step; 0: the synchronous trainer)."""
+    row's k (trigger_parameter_sync_step; 0: the synchronous trainer); `guard_log`: the hook's guard decisions."""
     paths = [Path(jsonl)] if isinstance(jsonl, (str, Path)) else [Path(p) for p in jsonl]
     records = training_records(paths)
     if not records:
         raise ValueError(f"{', '.join(map(str, paths))}: no training steps (no line with rollout_corr/kl)")
     k = int(staleness)
+    engines = guard_engines(guard_log, k)
     rows, prev_step, prev_stale = [], 0, 0.0
     for step in sorted(records):
         d = records[step]
         g = lambda key, default=math.nan: float(d.get(key, default))  # noqa: E731
         covered = list(range(prev_step + 1, step + 1))
-        pg_kl = "actor/distillation/ppo_kl" if "actor/distillation/ppo_kl" in d else "actor/ppo_kl"
+        pg_kl = pg_kl_key(d)
         if pg_kl not in d:
             raise ValueError(f"{d['_file']}, step {step}: no actor/distillation/ppo_kl or actor/ppo_kl, so d_n lacks "
                              f"its log p_old - log p_theta part")
@@ -129,7 +162,7 @@ def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed
         tokens = int(round(g("response_length/mean", 0.0) * responses_per_step * len(covered)))
         rows.append({
             "run_id": run_id, "config": config, "student": student, "seed": seed, "step": step,
-            "d_n": g("rollout_corr/kl") + g(pg_kl), "seq_logratio_p90": math.nan, "n_tokens": tokens,
+            "d_n": d_n_of(d), "seq_logratio_p90": math.nan, "n_tokens": tokens,
             "trained_tokens": tokens, "step_s": g("timing_s/step"),
             "rollout_s": g("fully_async/rollouter/active_time") if k else g("timing_s/gen", 0.0),
             "teacher_s": g("timing_s/teacher"), "train_s": g("timing_s/update_actor", 0.0),
@@ -138,7 +171,8 @@ def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed
             "engine_version": step - stale,
             "loss": g("actor/distillation/loss", g("actor/pg_loss")), "grad_norm": g("actor/grad_norm"),
             "entropy": g("actor/entropy"), "response_len_mean": g("response_length/mean"),
-            "reward_mean": g("critic/score/mean"), "engine": ROW_ENGINE, "guard_active": False,
+            "reward_mean": g("critic/score/mean"), "engine": engines.get(step, ROW_ENGINE),
+            "guard_active": engines.get(step, ROW_ENGINE) != ROW_ENGINE,
         })
         prev_step = step
     return pd.DataFrame(rows)

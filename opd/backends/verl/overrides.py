@@ -105,15 +105,17 @@ def run_overrides(cfg: dict, run: C.Run, run_dir: str = ".", **kw) -> list[str]:
     """`overrides` for one run of the validated config `cfg` (the command line's and the tests' entry)."""
     e = cfg["experiments"][run.experiment]
     return overrides(run.row, e["students"][run.student], C.run_settings(e["train"], run.row), e.get("verl", {}),
-                     student=run.student, seed=run.seed, run_dir=run_dir, **kw)
+                     student=run.student, seed=run.seed, run_dir=run_dir, guard=C.guard_spec(e, run.row), **kw)
 
 
 def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *, student: str, seed: int = 0,
-              run_dir: str = ".", log_path: str | None = None, pools: Layout | None = None) -> list[str]:
+              run_dir: str = ".", log_path: str | None = None, pools: Layout | None = None,
+              guard: dict | None = None) -> list[str]:
     """Hydra overrides for one run of `row` by `student` (its spec in config.yaml's `students`) with the
     run's resolved training settings (C.run_settings) and the experiment's `verl` block, exactly what a
     training job's spec holds. verl's file logger writes to `log_path` (default: the run folder's next
-    attempt log); `pools` replaces the layout `verl.layout` gives (benchmarks/verl_smoke.py: one node)."""
+    attempt log); `pools` replaces the layout `verl.layout` gives (benchmarks/verl_smoke.py: one node);
+    `guard`: the row's resolved guard (opd.config.guard_spec), which the weight-sync hook applies."""
     from .logparse import attempt_log
     r = Row.of(row)
     s, t, v = student_spec, settings, verl
@@ -204,7 +206,10 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
     numerics = weight_numerics(row, seed)
     if numerics:
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
-        o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value({'opd_numerics': numerics})}")
+        extra = {"opd_numerics": numerics}
+        if guard:  # the hook reads the run's verl logs for d_n (hook.guard_decision)
+            extra["opd_guard"] = {**guard, "run_dir": os.path.abspath(run_dir), "steps": t["steps"]}
+        o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value(extra)}")
     spec = v.get("speculative")
     if r.speculative and spec and s.get("eagle3"):
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(

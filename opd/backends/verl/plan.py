@@ -113,6 +113,15 @@ def errors(row: dict, experiment: dict) -> list[str]:
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
+    g = r.guard
+    if g is not None and (g.action == "sync" or (g.action == "fallback" and r.staleness > 0)):
+        out.append(f"guard.action: {g.action!r} changes the staleness mid-run, and verl 0.9.1 fixes it when the trainer "
+                   f"starts (the synchronous trainer, or the fully-async one with async_training."
+                   f"trigger_parameter_sync_step; they are different entry points): there is no point to switch it; "
+                   f"use 'fallback_numerics' (BF16 weights at the row's staleness), or the tiny backend")
+    if g is not None and (r.kv_cache != "none" or native_quantization(r) or r.activations != "none"):
+        out.append("guard: the row's KV-cache dtype and vLLM quantization are engine arguments fixed when vLLM starts; "
+                   "the weight-sync hook can switch only the numerics it applies itself (emulated weights, noise)")
     k = r.staleness
     if k > 0 and t.get("lr_schedule", "constant") != "constant":
         out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "

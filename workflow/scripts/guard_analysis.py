@@ -1,0 +1,92 @@
+"""The mismatch guard's record (analysis stage), from the runs' steps and the verdicts alone: per guarded row
+and student, its Delta against the baseline with the seed-aware interval and verdict next to the same engine
+unguarded; the share of steps the cheap engine (the row's own) rolled out; the guard's activations; trained
+tokens/s of guarded, unguarded and standard-engine runs and their ratio to the standard engine's (runs of one
+machine, measured in their own jobs), and inside each guarded run, the cheap engine's tokens/s over the
+fallback's (measured in one job); and the false alarms: each guard replayed over the standard engine's runs."""
+import numpy as np
+import pandas as pd
+
+from opd import config as C
+from opd import scripts, store
+from opd.guard import GuardState
+from opd.rows import Row
+
+
+def unguarded(row: Row, rows: list[Row]) -> Row | None:
+    """The same engine without a guard (same numerics and staleness, plain OPD), if the experiment runs it."""
+    return next((r for r in rows if r.guard is None and r.is_plain_opd and r.engine_key == row.engine_key
+                 and r.lr == row.lr and r.reference == row.reference), None)
+
+
+def tokens_per_s(st: pd.DataFrame) -> float:
+    """Trained tokens per second of wall time per step, pooled over the steps given."""
+    return float(st["trained_tokens"].sum() / st["step_s"].sum()) if len(st) else float("nan")
+
+
+def per_run(st: pd.DataFrame) -> pd.DataFrame:
+    """Per run: tokens/s, the share of its steps on the row's engine, the guard's activations (spans started)."""
+    out = []
+    for rid, s in st.sort_values("step").groupby("run_id"):
+        active = s["guard_active"].to_numpy(bool)
+        starts = int(np.sum(active & ~np.r_[False, active[:-1]]))
+        out.append({"run_id": rid, "tokens_per_s": tokens_per_s(s), "cheap_share": float(1 - active.mean()),
+                    "activations": starts, "cheap_tokens_per_s": tokens_per_s(s[~s["guard_active"]]),
+                    "fallback_tokens_per_s": tokens_per_s(s[s["guard_active"]])})
+    return pd.DataFrame(out)
+
+
+def false_alarms(guard: dict, baseline_steps: pd.DataFrame) -> tuple[int, float]:
+    """The guard replayed over every standard-engine run given: activations in all, and the largest mean of
+    d_n over its window (what the line must stay above)."""
+    n, worst = 0, -np.inf
+    for _, s in baseline_steps.sort_values("step").groupby("run_id"):
+        g = GuardState.of_spec(guard, 0, len(s))
+        for step, d in zip(s["step"], s["d_n"]):
+            g.observe(int(step), float(d))
+        n += g.activations
+        worst = max(worst, float(s["d_n"].rolling(guard["window"]).mean().max()))
+    return n, worst
+
+
+def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], baseline: str,
+                 experiment: dict) -> pd.DataFrame:
+    v = verdicts.set_index(["student", "config"])
+    out = []
+    for g in [r for r in rows if r.guard is not None]:
+        plain = unguarded(g, rows)
+        spec = C.guard_spec(experiment, g)
+        for student in sorted(steps.loc[steps["config"] == g.name, "student"].unique()):
+            base = steps[(steps["config"] == baseline) & (steps["student"] == student)]
+            base_tps = per_run(base)["tokens_per_s"].mean()
+            runs = per_run(steps[(steps["config"] == g.name) & (steps["student"] == student)])
+            alarms, worst = false_alarms(spec, base)
+            rec = {"student": student, "config": g.name, "unguarded": plain.name if plain else None,
+                   "action": spec["action"], "d_max": spec["d_max"], "window": spec["window"],
+                   "cooldown": spec["cooldown"], "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
+                   "activations": runs["activations"].mean(), "activations_max": int(runs["activations"].max()),
+                   "tokens_per_s": runs["tokens_per_s"].mean(), "ratio": runs["tokens_per_s"].mean() / base_tps,
+                   "cheap_over_fallback": (runs["cheap_tokens_per_s"] / runs["fallback_tokens_per_s"]).mean(),
+                   "baseline_alarms": alarms, "baseline_runs": base["run_id"].nunique(),
+                   "baseline_max_window_d": worst}
+            for prefix, name in (("", g.name), ("unguarded_", plain.name if plain else None)):
+                have = name is not None and (student, name) in v.index
+                for col in ("D", "delta", "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "ci_lo", "ci_hi", "verdict"):
+                    rec[prefix + col] = v.loc[(student, name), col] if have else None
+            if plain is not None:
+                u = per_run(steps[(steps["config"] == plain.name) & (steps["student"] == student)])
+                rec["unguarded_tokens_per_s"] = u["tokens_per_s"].mean() if len(u) else float("nan")
+                rec["unguarded_ratio"] = rec["unguarded_tokens_per_s"] / base_tps
+            out.append(rec)
+    return pd.DataFrame(out)
+
+
+def main(inp, out, params):
+    steps = store.read_table(inp.steps)
+    verdicts = store.read_table(inp.verdicts)
+    rows = [Row.of(r) for r in params.rows]
+    store.write_table(guard_record(steps, verdicts, rows, params.baseline, params.experiment), out[0])
+
+
+if "snakemake" in globals():
+    scripts.run(main, snakemake)  # noqa: F821
