@@ -258,6 +258,48 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
                          tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
                          "bf16", "m")
     assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again
+    # the mechanism group: only with the probes' tables (tiny backend), and it follows them
+    assert "Mechanism" not in text
+    probes, prefix = probe_tables()
+    store.write_table(probes, tmp_path / "probes.parquet")
+    store.write_table(prefix, tmp_path / "probes_prefix.parquet")
+    mod.main(Files(**{n: str(analysis / f"{n}.parquet") for n in names},
+                   admission_summary=str(analysis / "admission_summary.json"),
+                   probes=str(tmp_path / "probes.parquet"), probes_prefix=str(tmp_path / "probes_prefix.parquet")),
+             out, params)
+    text = Path(out.md).read_text()
+    worst = probes["opd_bias_bound_max_l1"].max()
+    n_big = probes["noise_sigma"].between(0.15, 0.325)
+    n_gt = int((probes.loc[n_big, "T_logit"] > probes.loc[n_big, "S_logit"]).sum())
+    assert f"holds on all {probes['n_prefixes_q'].sum() + probes['n_prefixes_fixed'].sum():,} prefixes" in text
+    assert f"is {worst:.2f} for OPD" in text and f"logit space: T > S at {n_gt} of {n_big.sum()} points" in text
+    assert f"{probes.groupby('config')['run_cpu_s'].first().sum():.0f} CPU s for 4 runs" in text
+    probes["opd_bias_bound_max_l1"] = 0.5
+    probes.loc[3, "opd_bias_bound_max_l1"] = 0.91
+    probes["T_logit"] = probes["S_logit"] * 2
+    again = mod.findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
+                         tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
+                         "bf16", "m", probes=(probes, prefix))
+    assert "is 0.91 for OPD" in again and f"is {worst:.2f} for OPD" not in again
+    assert f"logit space: T > S at {n_big.sum()} of {n_big.sum()} points" in again
+
+
+def probe_tables(seed=0):
+    """A small probes.parquet and probes_prefix.parquet (opd/backends/tiny/probes.py's columns): a baseline, two
+    noise rows at the paper's levels and a staleness row, probe seed 0 at three steps and seed 1 at the ends."""
+    rng = np.random.default_rng(seed)
+    measured = [f"{q}_{sp}" for q in ("T", "S", "U", "err_fixed", "upd_fixed") for sp in ("logit", "param")]
+    measured += ["opd_bias_mean", "rl_bias_mean", "opd_bias_bound_max_l1", "rl_bias_bound_max_l1", "delta_l1", "kl_pt"]
+    rows = [{"config": config, "student": "m", "seed": 0, "noise_sigma": sigma, "staleness": k, "step": step,
+             "probe_seed": ps, "main": ps == 0, "n_prefixes_q": 100 + ps, "n_prefixes_p": 100, "n_prefixes_fixed": 90,
+             "steps_match_first_diverged": -1, "recreate_cpu_s": 10.0 + i, "run_cpu_s": 20.0 + 2 * i, "job_s": 50.0,
+             **dict(zip(measured, rng.uniform(0.05, 0.95, len(measured))))}
+            for i, (config, sigma, k) in enumerate((("bf16", 0.0, 0), ("n-lo", 0.15, 0), ("n-hi", 0.325, 0),
+                                                    ("k8", 0.0, 8)))
+            for ps in (0, 1) for step in ((0, 50, 100) if ps == 0 else (0, 100))]
+    prefix = pd.DataFrame({c: rng.uniform(0.01, 0.5, 40) for c in ("opd_bias", "rl_bias")}).assign(
+        opd_bound=1.0, rl_bound=1.0)
+    return pd.DataFrame(rows), prefix
 
 
 def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analysis, tmp_path):
