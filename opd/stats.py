@@ -261,6 +261,19 @@ def sequence_frame(sums, tokens, n_responses: int, **keys) -> pd.DataFrame:
                          "logratio_sum": np.asarray(sums, dtype=float), "n_tokens": np.asarray(tokens, dtype=np.int64)})
 
 
+def share_se(num_a, den_a, num_b, den_b, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The share (sum(num_a) / sum(den_a)) / (sum(num_b) / sum(den_b)) of two ratio estimates on the same
+    units (a part of an effect against the whole, e.g. keys-only D_hat over keys-and-values D_hat on the
+    same prompts), and its paired bootstrap SE: each resample draws the same units for both."""
+    cols = np.column_stack([np.asarray(x, dtype=float) for x in (num_a, den_a, num_b)])
+    den_b = np.asarray(den_b, dtype=float)
+    est = float((cols[:, 0].sum() / cols[:, 1].sum()) / (cols[:, 2].sum() / den_b.sum()))
+    if len(den_b) < 2:
+        return est, float("nan")
+    r = problem_resamples(cols, den_b, n_boot, seed) + 1.0  # each column's sum over den_b's
+    return est, float(np.std(r[:, 0] / r[:, 1] / r[:, 2], ddof=1))
+
+
 def offline_estimates(seqs: pd.DataFrame, keys: list[str], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """D_hat with its bootstrap standard error over prompts, per group of `keys`. `seqs` holds one row per
     sampled sequence: the keys, `prompt`, `logratio_sum` (sum over the response's tokens of log q - log p)

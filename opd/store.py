@@ -53,7 +53,6 @@ def _optional(schema: pa.Schema, path: Path) -> list[pa.Field]:
     return [f for n in names for f in OPTIONAL.get(n, ())]
 
 
-
 class SchemaError(ValueError):
     pass
 

@@ -294,3 +294,13 @@ def test_seed_noise_is_the_null_distribution_of_one_engine():
         assert d == pytest.approx(f[a] / f[b] - 1)
     assert summary.loc[0, "n_seeds"] == 3 and summary.loc[0, "sd_run"] == pytest.approx(np.std(np.log([1, 1.1, 0.9]),
                                                                                               ddof=1))
+
+
+def test_share_se_is_paired_a_part_proportional_to_the_whole_has_no_spread():
+    rng = np.random.default_rng(3)
+    whole = rng.normal(0.01, 0.02, 64) * 20
+    share, se = stats.share_se(0.8 * whole, np.full(64, 20), whole, np.full(64, 20), n_boot=2000)
+    assert share == pytest.approx(0.8) and se == pytest.approx(0, abs=1e-9)
+    part = whole * rng.lognormal(np.log(0.8), 0.5, 64)
+    _, se_noisy = stats.share_se(part, np.full(64, 20), whole, np.full(64, 20), n_boot=2000)
+    assert se_noisy > 0.01

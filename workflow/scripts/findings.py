@@ -99,8 +99,9 @@ def kv_sentences(kv: pd.DataFrame) -> list[str]:
     for (student, recipe), k in kv.groupby(["student", "recipe"]):
         k = k.set_index(["mode", "layer", "part"])
         est = lambda i: f"{k.loc[i, 'd_hat']:.2g} ± {k.loc[i, 'se']:.1g}"  # noqa: E731
-        layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, keys only {k.loc[('only', i, 'k'), 'share']:.0%} "
-                           f"and values only {k.loc[('only', i, 'v'), 'share']:.0%} of it"
+        share = lambda i: f"{k.loc[i, 'share']:.0%} ± {k.loc[i, 'share_se']:.0%}"  # noqa: E731
+        layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, keys only {share(('only', i, 'k'))} "
+                           f"and values only {share(('only', i, 'v'))} of it"
                            for i in sorted(k.xs("only", level="mode").index.get_level_values("layer").unique()))
         out.append(KV.format(student=student, recipe=recipe, all_kv=est(("all", -1, "kv")), layers=layers))
     return out

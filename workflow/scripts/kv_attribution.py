@@ -1,5 +1,7 @@
 """The per-layer FP8 KV-cache attribution from its sequences: D_hat and its bootstrap standard error over
-prompts for every case, and each case's share of the keys-and-values case of the same layers."""
+prompts for every case, and each case's share of the keys-and-values case of the same layers, with the
+share's paired bootstrap SE (the same prompts resampled for both)."""
+import numpy as np
 import pandas as pd
 
 from opd import scripts, stats, store
@@ -8,12 +10,20 @@ KEYS = ["student", "recipe", "mode", "layer", "part"]
 
 
 def attribution(seqs: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
-    """One row per student, recipe, mode, layer and part: d_hat, se, n_prompts, n_sequences, n_tokens, and
-    `share` = d_hat / d_hat of the same case with keys and values in FP8 (1 for that case itself)."""
+    """One row per student, recipe, mode, layer and part: d_hat, se, n_prompts, n_sequences, n_tokens,
+    `share` = d_hat / d_hat of the same case with keys and values in FP8 (1 for that case itself) and
+    `share_se` (0 for that case)."""
     est = stats.offline_estimates(seqs, KEYS, n_boot=n_boot, seed=seed)
-    kv = est[est["part"] == "kv"].set_index(KEYS[:-1])["d_hat"].rename("d_hat_kv")
-    est = est.join(kv, on=KEYS[:-1])
-    est["share"] = est["d_hat"] / est.pop("d_hat_kv")
+    per = seqs.groupby(KEYS + ["prompt"])[["logratio_sum", "n_tokens"]].sum()
+    shares = []
+    for key in est[KEYS].itertuples(index=False):
+        whole = (*key[:-1], "kv")
+        a, b = per.loc[tuple(key)], per.loc[whole]
+        b = b.reindex(a.index)
+        share, se = (1.0, 0.0) if key[-1] == "kv" else stats.share_se(
+            a["logratio_sum"], a["n_tokens"], b["logratio_sum"], b["n_tokens"], n_boot, seed)
+        shares.append((share, se))
+    est["share"], est["share_se"] = np.array(shares).T if shares else ([], [])
     return est.sort_values(KEYS, ignore_index=True)
 
 
