@@ -1,12 +1,14 @@
 """How many prompts make the offline estimate's standard error at most a third of D_hat, for D_hat >= 0.01?
 
 Every candidate engine of the toy's primary student whose pipeline D_hat (results/toy/analysis/admission.parquet,
-16 prompts x 2 responses) is at least 0.01 generates N_MAX prompts x 2 responses, as the admission job
-does (the same student, prompts drawn the same way, the standard engine rescoring). For the first n
-prompts (n = 8 ... N_MAX) it prints D_hat and its bootstrap SE over prompts against D_hat of all N_MAX
-prompts, the smallest n that meets SE <= D_hat / 3, and the prediction from the pipeline's 16 prompts
-(stats.prompts_needed: the SE of a mean shrinks as 1 / sqrt(n)). Run after the pipeline:
-python benchmarks/admission_prompts.py   (about a minute per engine on one core)"""
+16 prompts x 2 responses) is at least FLOOR / 2 (to bracket D_hat = FLOOR) generates N_MAX prompts x 2
+responses, as the admission job does (the same student, prompts drawn the same way, the standard engine
+rescoring). Per engine it prints, for the first n prompts (n = 8 ... N_MAX), D_hat and its bootstrap SE
+over prompts against D_hat of all N_MAX prompts; the n from which on SE <= D_hat / 3 holds at every larger
+n measured; the prompts needed from the N_MAX-prompt SE and from the pipeline's 16 (stats.prompts_needed:
+the SE of a mean shrinks as 1 / sqrt(n)). The answer is the largest need, from N_MAX prompts, among the
+engines whose N_MAX-prompt D_hat is at least FLOOR. Run after the pipeline:
+PYTHONPATH=. python benchmarks/admission_prompts.py   (seconds per engine)"""
 import time
 
 import pandas as pd
@@ -20,7 +22,7 @@ from opd.backends.tiny.offline import _admission_prompts
 from opd.backends.tiny.trainer import offline_logratios
 from opd.rows import Row
 
-N_MAX, RESPONSES, NS = 256, 2, (8, 16, 32, 64, 128, 256)
+N_MAX, RESPONSES, NS = 1024, 2, (8, 16, 32, 64, 128, 256, 512, 1024)
 FLOOR, RATIO = 0.01, 3.0
 
 
@@ -29,11 +31,11 @@ def main():
     e = yaml.safe_load(open("config.yaml"))["experiments"]["toy"]
     primary, seed, task_seed = next(iter(e["students"])), e["admission"].get("seed", 0), e["train"]["task_seed"]
     rec = pd.read_parquet("results/toy/analysis/admission.parquet")
-    rec = rec[(rec["student"] == primary) & rec["candidate"] & (rec["d_hat"] >= FLOOR)].sort_values("d_hat")
+    rec = rec[(rec["student"] == primary) & rec["candidate"] & (rec["d_hat"] >= FLOOR / 2)].sort_values("d_hat")
     rows = {r["name"]: r for r in e["rows"]}
     student = M.load(f"results/toy/_models/{primary}/student.pt")
     prompts = _admission_prompts(N_MAX, RESPONSES, task_seed, seed)
-    print(f"{primary}: {len(rec)} candidate engines with pipeline D_hat >= {FLOOR}; {N_MAX} prompts x {RESPONSES} "
+    print(f"{primary}: {len(rec)} candidate engines with pipeline D_hat >= {FLOOR / 2:g}; {N_MAX} prompts x {RESPONSES} "
           f"responses each; target SE <= D_hat / {RATIO:g}")
     needed = []
     for _, r in rec.iterrows():
@@ -43,21 +45,24 @@ def main():
         seqs = stats.sequence_frame(sums, tokens, RESPONSES)
         per = seqs.groupby("prompt")[["logratio_sum", "n_tokens"]].sum()
         table = stats.prompts_for_relative_se(per["logratio_sum"], per["n_tokens"], NS, 1 / RATIO)
-        meets = table.loc[table["meets"], "n"]
-        first = int(meets.iloc[0]) if len(meets) else None
+        misses = table.loc[~table["meets"], "n"]
+        holds = int(table["n"][table["n"] > misses.max()].min()) if len(misses) and misses.max() < N_MAX else (
+            None if len(misses) else int(table["n"].min()))
+        d_all, se_all = table.iloc[-1][["d_hat", "se"]]
+        need = int(stats.prompts_needed(se_all, N_MAX, d_all, RATIO))
         predicted = int(stats.prompts_needed(r["se"], r["n_prompts"], r["d_hat"], RATIO))
-        needed.append((r["config"], first, predicted))
+        needed.append((r["config"], d_all, need, holds, predicted))
         print(f"\n{r['config']}: pipeline D_hat {r['d_hat']:.4f} ± {r['se']:.4f} ({int(r['n_prompts'])} prompts); "
-              f"D_hat of {N_MAX} prompts {per['logratio_sum'].sum() / per['n_tokens'].sum():.4f} "
-              f"({time.perf_counter() - t:.0f} s)")
+              f"{N_MAX} prompts: {d_all:.4f} ± {se_all:.4f} ({time.perf_counter() - t:.0f} s)")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-        print(f"  smallest n measured with SE <= D_hat/{RATIO:g}: {first or f'> {N_MAX}'}; "
-              f"predicted from the pipeline's 16 prompts: {predicted}")
-    print("\nsummary (engine: measured, predicted):", "; ".join(f"{c}: {m}, {p}" for c, m, p in needed))
-    worst = [m for _, m, _ in needed if m]
-    if worst and all(m for _, m, _ in needed):
-        print(f"prompts for SE <= D_hat/{RATIO:g} on every engine with D_hat >= {FLOOR}: {max(worst)} (of {NS})")
-
+        print(f"  SE <= D_hat/{RATIO:g} from n = {holds or f'> {N_MAX}'} on (measured); prompts needed from the "
+              f"{N_MAX}-prompt SE: {need}; from the pipeline's 16 prompts: {predicted}")
+    print("\nengine: D_hat (N_MAX prompts), prompts needed (from N_MAX), measured from, predicted from 16")
+    for c, d, need, holds, predicted in needed:
+        print(f"  {c}: {d:.4f}, {need}, {holds}, {predicted}")
+    big = [need for _, d, need, _, _ in needed if d >= FLOOR]
+    if big:
+        print(f"prompts for SE <= D_hat/{RATIO:g} where D_hat >= {FLOOR} (from {N_MAX} prompts): up to {max(big)}")
 
 if __name__ == "__main__":
     main()

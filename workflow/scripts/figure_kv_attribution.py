@@ -41,11 +41,13 @@ def main(inp, out, params):
                 ax.bar(gi - 0.4 + width * (j + 0.5), v, width, yerr=se, color=color, error_kw={"lw": 0.6, "capsize": 1},
                        label=name if gi == (0 if j < len(PARTS) else 1) else None)
         ax.axhline(0, color=report.NEUTRAL, lw=0.5)
+        top = max(v + se for _, b in groups for v, se, *_ in b)
+        ax.set_ylim(top=1.45 * top)  # room for the legend above the bars
         ax.set_xticks(np.arange(len(groups)), [g for g, _ in groups])
         ax.set_title(f"{student}, {recipe}")
         ax.set_ylabel("offline D̂ ± SE (nats/token)")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-        report.panel_legend(ax, loc="upper right")
+        report.panel_legend(ax, loc="upper center", ncol=2)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     report.save_figure(fig, out.pdf, out.png, inp)

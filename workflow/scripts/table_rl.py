@@ -18,8 +18,8 @@ def main(inp, out, params):
         r = rl.iloc[0]
         notes = (f"Collapse (fixed before the runs, config rl_collapse), each against the same algorithm on the "
                  f"standard engine at the final held-out evaluation: accuracy down ≥ {r['accuracy_points']:g} points, "
-                 f"or the policy's held-out entropy or mean response length off by ≥ {r['entropy_factor']:g}x or "
-                 f"≥ {r['length_factor']:g}x either way. 'collapse: fired' names the criteria that fired.")
+                 f"or the policy's held-out entropy off by ≥ {r['entropy_factor']:g}x or its mean held-out response "
+                 f"length by ≥ {r['length_factor']:g}x, either way. 'collapse: fired' names the criteria that fired.")
     report.save_table(t, out.md, out.tex, inp, digits=3, caption="RL against OPD under the same engines", notes=notes)
 
 
