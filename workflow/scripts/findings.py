@@ -100,8 +100,13 @@ def kv_sentences(kv: pd.DataFrame) -> list[str]:
         k = k.set_index(["mode", "layer", "part"])
         est = lambda i: f"{k.loc[i, 'd_hat']:.2g} ± {k.loc[i, 'se']:.1g}"  # noqa: E731
         share = lambda i: f"{k.loc[i, 'share']:.0%} ± {k.loc[i, 'share_se']:.0%}"  # noqa: E731
-        layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, keys only {share(('only', i, 'k'))} "
-                           f"and values only {share(('only', i, 'v'))} of it"
+
+        def parts(i):
+            whole = k.loc[("only", i, "kv")]
+            if whole["d_hat"] < 2 * whole["se"]:  # a share of an effect within 2 SE of 0 means nothing
+                return "too close to 0 to split into keys and values"
+            return f"keys only {share(('only', i, 'k'))} and values only {share(('only', i, 'v'))} of it"
+        layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, {parts(i)}"
                            for i in sorted(k.xs("only", level="mode").index.get_level_values("layer").unique()))
         out.append(KV.format(student=student, recipe=recipe, all_kv=est(("all", -1, "kv")), layers=layers))
     return out
