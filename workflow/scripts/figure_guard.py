@@ -1,6 +1,8 @@
 """The mismatch guard: (a) d_n per step of each guarded row's first seed, its activations shaded, beside
 the same engine unguarded and the guard's line; (b) Delta against trained tokens/s (ratio to the standard
-engine) for guarded, unguarded and the standard engine, an arrow from each unguarded row to its guarded one."""
+engine) for guarded, unguarded and the standard engine, an arrow from each unguarded row to its guarded one.
+Throughput in (b) is measured inside the guarded runs (one job): the whole run's and its cheap-engine steps'
+tokens/s over its fallback steps', so (b) shows the rows whose fallback is the standard engine."""
 import numpy as np
 
 from opd import report, scripts, store
@@ -26,27 +28,34 @@ def main(inp, out, params):
         for j, (a, b) in enumerate(spans(mine["guard_active"].to_numpy(bool), mine["step"].to_numpy())):
             ax.axvspan(a - 0.5, b - 0.5, color="#fdd49e", lw=0, label=None if j else "guard active")
         if len(plain):
-            ax.plot(plain["step"], plain["d_n"], color="#bbbbbb", lw=0.7, label=f"{r.unguarded} (unguarded)")
-        ax.plot(mine["step"], mine["d_n"], color=report.SERIES_COLORS[0], lw=0.8, label=f"{r.config}")
-        ax.axhline(r.d_max, color=report.FAIL_COLOR, ls="--", lw=0.6, label=f"d_max = {r.d_max:g}")
+            ax.plot(plain["step"], plain["d_n"], color="#bbbbbb", lw=0.7, label="the same engine unguarded")
+        ax.plot(mine["step"], mine["d_n"], color=report.SERIES_COLORS[0], lw=0.8, label="guarded run")
+        ax.axhline(r.d_max, color=report.FAIL_COLOR, ls="--", lw=0.6, label="the guard's line d_max")
         report.include_reference(ax, 0.0)
-        ax.set_title(f"{r.config} ({r.student}, seed {seed}): {r.action}, {r.cheap_share:.0%} of steps cheap")
+        ax.set_title(f"{r.config}, {r.student} s{seed}: {r.action}, {r.cheap_share:.0%} cheap", fontsize=6.5)
+        ax.annotate(f"d_max {r.d_max:g}", (1, r.d_max), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                    fontsize=5, color=report.FAIL_COLOR)
         ax.set_xlabel("step")
         ax.set_ylabel("d_n (nats/token)")
-        report.panel_legend(ax, loc="upper right")
-    for ax in axes[:-1].ravel()[n:]:
-        ax.set_visible(False)
+    spare = axes[:-1].ravel()[n:]
+    for ax in axes[:-1].ravel()[:n]:  # one legend for these panels (same encoding), in a spare cell if any
+        if not len(spare):
+            report.panel_legend(ax, loc="best", fontsize=5)
+    for ax in spare:
+        ax.axis("off")
+    if len(spare):
+        spare[0].legend(*axes[0, 0].get_legend_handles_labels(), loc="center", **report.LEGEND)
     gs = axes[-1, 0].get_gridspec()
     for ax in axes[-1]:
         ax.remove()
     ax = fig.add_subplot(gs[-1, :])
     ax.scatter([1.0], [0.0], color="#000000", marker="s", s=18, label="standard engine (BF16)", zorder=3)
-    for i, r in enumerate(rows):
+    for i, r in enumerate(r for r in rows if r.fallback_is_standard):
         c = report.SERIES_COLORS[i % len(report.SERIES_COLORS)]
-        gx, gy = r.ratio, 100 * r.delta
+        gx, gy = r.run_over_fallback, 100 * r.delta
         ax.scatter([gx], [gy], color=c, marker="o", s=16, zorder=3, label=f"{r.config} ({r.verdict_seeds})")
         if r.unguarded is not None and np.isfinite(r.unguarded_delta):
-            ux, uy = r.unguarded_ratio, 100 * r.unguarded_delta
+            ux, uy = r.cheap_over_fallback, 100 * r.unguarded_delta
             ax.scatter([ux], [uy], facecolors="none", edgecolors=c, marker="o", s=16, zorder=3)
             ax.annotate("", xy=(gx, gy), xytext=(ux, uy), arrowprops={"arrowstyle": "->", "color": c, "lw": 0.6})
         ax.errorbar([gx], [gy], yerr=[[100 * (r.delta - r.ci_lo_seeds)], [100 * (r.ci_hi_seeds - r.delta)]],
@@ -55,9 +64,11 @@ def main(inp, out, params):
     ax.axhline(0, color="#bbbbbb", lw=0.5)
     ax.axvline(1, color="#bbbbbb", lw=0.5)
     report.delta_axis(ax, 100 * np.r_[g["delta"], g["unguarded_delta"].astype(float), g["ci_hi_seeds"]])
-    ax.set_xlabel("trained tokens/s over the standard engine's (open: unguarded, filled: guarded)")
+    ax.set_xlabel("trained tokens/s over the standard engine's, measured inside the guarded runs\n"
+                  "(open: the cheap engine's steps, filled: the whole guarded run)")
     ax.set_ylabel("Δ vs standard engine (%)")
-    ax.set_title("quality change against throughput (arrows: unguarded → guarded)")
+    ax.set_title("Δ against throughput, rows whose fallback is BF16 synchronous (arrows: unguarded → guarded)",
+                 fontsize=6.5)
     report.panel_legend(ax, loc="center left", bbox_to_anchor=(1.01, 0.5))
     report.save_figure(fig, out.pdf, out.png, inp)
 

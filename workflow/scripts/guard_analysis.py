@@ -2,8 +2,10 @@
 and student, its Delta against the baseline with the seed-aware interval and verdict next to the same engine
 unguarded; the share of steps the cheap engine (the row's own) rolled out; the guard's activations; trained
 tokens/s of guarded, unguarded and standard-engine runs and their ratio to the standard engine's (runs of one
-machine, measured in their own jobs), and inside each guarded run, the cheap engine's tokens/s over the
-fallback's (measured in one job); and the false alarms: each guard replayed over the standard engine's runs."""
+machine, measured in their own jobs, so the machine's load at the time enters); inside each guarded run,
+measured in one job: the cheap engine's tokens/s over the fallback's and the whole run's over the fallback's,
+which are ratios to the standard engine where the fallback is the standard engine
+(Row.guard_falls_back_to_standard); and the false alarms: each guard replayed over the standard engine's runs."""
 import numpy as np
 import pandas as pd
 
@@ -67,6 +69,8 @@ def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], b
                    "activations": runs["activations"].mean(), "activations_max": int(runs["activations"].max()),
                    "tokens_per_s": runs["tokens_per_s"].mean(), "ratio": runs["tokens_per_s"].mean() / base_tps,
                    "cheap_over_fallback": (runs["cheap_tokens_per_s"] / runs["fallback_tokens_per_s"]).mean(),
+                   "run_over_fallback": (runs["tokens_per_s"] / runs["fallback_tokens_per_s"]).mean(),
+                   "fallback_is_standard": g.guard_falls_back_to_standard,
                    "baseline_alarms": alarms, "baseline_runs": base["run_id"].nunique(),
                    "baseline_max_window_d": worst}
             for prefix, name in (("", g.name), ("unguarded_", plain.name if plain else None)):
