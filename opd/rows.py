@@ -135,6 +135,13 @@ class Row:
         return self.has_standard_numerics and self.staleness == 0
 
     @property
+    def guard_falls_back_to_standard(self) -> bool:
+        """A guard whose fallback is the standard engine (BF16 numerics, synchronous): `fallback`, or `sync` on a
+        row whose numerics are BF16 already (a staleness row)."""
+        g = self.guard
+        return g is not None and (g.action == "fallback" or (g.action == "sync" and self.has_standard_numerics))
+
+    @property
     def family(self) -> str:
         """Which mismatch source a row is about, for colours and grouping: quantized weights alone
         ("weights"), quantized activations (with their weights or not: "activations"), the KV cache,

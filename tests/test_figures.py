@@ -315,7 +315,7 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     assert f"admitting every candidate would agree on {s['n_admit_all_agree']} of {s['n_decisions']}" in text
     assert "rl-n1: -20.0 accuracy points vs its standard-engine run (collapsed: accuracy)" in text
     kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
-    assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} and values only" in text
+    assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} ± {kv.loc[('only', 0, 'k'), 'share_se']:.0%}" in text
 
 
 def test_guard_record(analysis):
@@ -327,6 +327,10 @@ def test_guard_record(analysis):
     assert g["unguarded"] == "n1" and g["action"] == "fallback" and g["d_max"] == 0.01 and g["n_runs"] == 3
     assert g["cheap_share"] == pytest.approx(0.4) and g["activations"] == 2 and g["activations_max"] == 2
     assert g["cheap_over_fallback"] == pytest.approx(1.2) and g["ratio"] == pytest.approx(500 / 0.112 / (500 / 0.1))
+    assert g["run_over_fallback"] == pytest.approx((10000 / 2.24) / (6000 / 1.44)) and g["fallback_is_standard"]
     assert g["baseline_alarms"] == 0 and g["baseline_runs"] == 4 and g["baseline_max_window_d"] < 0.01
     assert g["delta"] == v.loc["n1-guard", "delta"] and g["unguarded_delta"] == v.loc["n1", "delta"]
     assert g["unguarded_verdict_seeds"] == v.loc["n1", "verdict_seeds"]
+    text = "\n".join(load("findings").guard_sentences(store.read_table(analysis / "guard.parquet")))
+    assert "n1-guard (fallback)" in text and "40% of steps on the cheap engine, 2 activations per run" in text
+    assert "against n1's" in text and "ran at 1.20x the fallback's tokens/s" in text and "fire 0 times" in text
