@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from opd import store
+from opd import stats, store
 from opd.backends.tiny import model as M
 from opd.backends.tiny.engine import Numerics
 from opd.backends.tiny.task import Problems
@@ -78,7 +78,7 @@ def test_admission_check_applies_the_rows_numerics_in_a_real_vllm_engine(toy, vl
         spec.write_text(json.dumps(spec_for(toy, row=row, prompts=N_TRAIN, responses=4)))
         out = tmp_path / f"{row['name']}.parquet"
         run_in_vllm(vllm_python, "-m", "opd.cli", "admission", "--spec", str(spec), "--out", str(out), cwd=ROOT)
-        d_hat[row["name"]] = float(store.read_table(out)["d_hat"].iloc[0])
+        d_hat[row["name"]] = float(stats.offline_estimates(store.read_table(out), ["config"])["d_hat"].iloc[0])
     assert d_hat["bf16"] == 0.0  # the same engine twice: not a single token's log-probability differs
     assert d_hat["nvfp4"] > 1e-4, "NVFP4 weights left the engine unchanged: the hook did not reach vLLM's weights"
     assert d_hat["noise-15"] > d_hat["nvfp4"]
