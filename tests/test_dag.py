@@ -12,7 +12,8 @@ TRAINING = {"train", "base_models"}
 
 def test_fresh_clone_with_results_schedules_no_training(clone):
     jobs = planned(clone)
-    assert not planned_rules(jobs) & (TRAINING | {"admission", "kv_attribution", "throughput", "memory_bound"})
+    assert not planned_rules(jobs) & (TRAINING | {"admission", "kv_attribution_student", "kv_attribution", "throughput",
+                                                  "memory_bound"})
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,8 @@ def test_adding_a_row_schedules_only_that_row(built_clone):
     assert "base_models" not in planned_rules(jobs)
     assert {"analysis", "figure_budget", "table_runs"} <= planned_rules(jobs)
     # outputs that do not read the runs are left alone
-    assert not planned_rules(jobs) & {"kv_attribution", "throughput", "memory_bound", "figure_kv_attribution"}
+    assert not planned_rules(jobs) & {"kv_attribution_student", "kv_attribution", "throughput", "memory_bound",
+                                      "figure_kv_attribution"}
 
 
 def test_changing_one_field_reruns_only_that_row(built_clone):
