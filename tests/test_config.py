@@ -84,6 +84,16 @@ def test_keeping_every_layer_bf16_is_an_error(toy_config):
     assert f"row {i} ('fp8w-l0'), field 'bf16_layers': keeps every layer of student 'qwen-s'" in err(toy_config)
 
 
+@pytest.mark.parametrize("key, bad, field", [
+    ("rl_collapse", {"entropy_factor": 0.5}, "rl_collapse.entropy_factor"),  # a factor below 1 fires on nothing
+    ("rl_collapse", {"accuracy_pts": 5}, "rl_collapse"),  # misspelt: unknown key
+    ("kv_attribution", {"prompts": 1}, "kv_attribution.prompts"),  # one prompt has no standard error
+])
+def test_rl_collapse_and_kv_attribution_settings_are_checked(toy_config, key, bad, field):
+    toy_config["experiments"]["toy"][key] = bad
+    assert f"experiment 'toy', field '{field}'" in err(toy_config)
+
+
 @pytest.mark.parametrize("tau", [0, 1, 1.5, -0.2])
 def test_tau_outside_open_unit_interval(toy_config, tau):
     toy_config["experiments"]["toy"]["tau"] = tau
