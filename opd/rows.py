@@ -110,14 +110,14 @@ class Row:
 
     @property
     def is_plain_opd(self) -> bool:
-        """OPD with no update variant: the paper's algorithm as it is."""
-        return self.algorithm == "opd" and self.variant == "none"
+        """OPD with no update variant and one engine throughout (no guard): the paper's algorithm as it is."""
+        return self.algorithm == "opd" and self.variant == "none" and self.guard is None
 
     @property
     def in_budget(self) -> bool:
         """A row the budget is measured on: a plain OPD engine trained with the experiment's own
-        settings and compared with the baseline. A guarded row is not one engine, so not in the budget."""
-        return self.is_plain_opd and self.lr is None and self.reference is None and self.guard is None
+        settings and compared with the baseline (a guarded row is not one engine: not plain OPD)."""
+        return self.is_plain_opd and self.lr is None and self.reference is None
 
     @property
     def engine_key(self) -> tuple:

@@ -243,3 +243,10 @@ def test_guard_budget_resolves_to_the_admission_line_and_reaches_the_spec(toy_co
     assert C.guard_spec(e, b)["d_max"] == e["admission"]["L"] == C.guard_line(e)
     back = Row.of(b.resolved())  # rows.parquet's form: the guard as a JSON string
     assert back.guard == b.guard and back.params()["guard"] == b.params()["guard"]
+
+
+def test_a_guarded_row_is_not_plain_opd_so_no_plain_engine_table_takes_it(toy_config):
+    """The staleness-vs-lr table, the RL contrast's OPD twin and the verl staleness throughput read plain-OPD
+    rows of one engine; a guarded row mixes engines."""
+    _, r = row(toy_config, "stale-k4-guard")
+    assert not Row.of(r).is_plain_opd and Row.of({k: v for k, v in r.items() if k != "guard"}).is_plain_opd

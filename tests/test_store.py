@@ -181,3 +181,18 @@ def test_heldout_entropy_is_optional_kept_when_written_and_checked_when_present(
     store.write_table(old.assign(entropy=["x", "y"]), tmp_path / "heldout.parquet")  # without the contract
     with pytest.raises(store.SchemaError, match="entropy is .*string, expected double"):
         store.read_table(tmp_path / "heldout.parquet")
+
+
+def test_the_guard_columns_read_back_with_their_defaults_from_an_older_file_and_are_checked_when_present(tmp_path):
+    """steps.parquet files written before the mismatch guard's columns (store.ADDED) read back as the row's
+    engine, guard inactive; a file that has them is type-checked like every column."""
+    old = tmp_path / "old" / "steps.parquet"
+    old.parent.mkdir()
+    store.write_table(steps_frame().drop(columns=list(store.ADDED)), old)
+    back = store.read_table(old)
+    assert back["engine"].tolist() == ["row"] * 3 and back["guard_active"].tolist() == [False] * 3
+    bad = tmp_path / "bad" / "steps.parquet"
+    bad.parent.mkdir()
+    store.write_table(steps_frame().assign(guard_active=[0.5, 0.5, 0.5]), bad)
+    with pytest.raises(store.SchemaError, match="guard_active is double, expected bool"):
+        store.read_table(bad)

@@ -17,7 +17,7 @@ from opd.rows import Row
 
 def unguarded(row: Row, rows: list[Row]) -> Row | None:
     """The same engine without a guard (same numerics and staleness, plain OPD), if the experiment runs it."""
-    return next((r for r in rows if r.guard is None and r.is_plain_opd and r.engine_key == row.engine_key
+    return next((r for r in rows if r.is_plain_opd and r.engine_key == row.engine_key
                  and r.lr == row.lr and r.reference == row.reference), None)
 
 
