@@ -2,7 +2,8 @@
 
 One panel per student, each with its own legend. Where a student's configurations have seeds enough for
 the seed-aware rule, markers, error bars and the band follow that rule (the paper's rule otherwise; the
-panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range."""
+panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range. Guarded
+rows are drawn beside it, hollow, each with an arrow from its unguarded row: the guard's effect."""
 import numpy as np
 
 from opd import report, scripts, store
@@ -12,7 +13,24 @@ RULE_COLUMNS = {"seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds"), "paper
 RULE_TITLE = {"seeds": "seed-aware rule", "paper": "paper's rule (problems only)"}
 
 
-def panel(ax, v, budget, tau: float, student: str):
+def guarded_points(ax, g, v, cols, tau: float):
+    """Guarded rows (opd.guard) beside the budget, not in it (a guarded run mixes engines): a hollow marker
+    at the guarded run's D and Delta, with an arrow from its unguarded row (the same engine_key)."""
+    lo_col, hi_col, verdict_col = cols
+    for i, (_, r) in enumerate(g.iterrows()):
+        err = [[100 * max(r["delta"] - r[lo_col], 0)], [100 * max(r[hi_col] - r["delta"], 0)]]
+        ax.errorbar([max(r["D"], D_FLOOR)], [100 * r["delta"]], yerr=err, fmt="D", mfc="white",
+                    color=report.FAMILY_COLORS[r["family"]], ms=3.5, elinewidth=0.6, capsize=1.2,
+                    label=(f"guarded rows ({(g[verdict_col] == 'pass').sum()} of {len(g)} pass; arrow from\n"
+                           f"the unguarded row), not in the budget") if i == 0 else None)
+        u = v[[k == r["engine_key"] for k in v["engine_key"]]]  # (`==` with a tuple would compare elementwise)
+        if len(u):
+            ax.annotate("", xy=(max(r["D"], D_FLOOR), 100 * r["delta"]),
+                        xytext=(max(u["D"].iloc[0], D_FLOOR), 100 * u["delta"].iloc[0]),
+                        arrowprops=dict(arrowstyle="->", color=report.NEUTRAL, lw=0.5, alpha=0.7))
+
+
+def panel(ax, v, budget, tau: float, student: str, guarded=None):
     b = budget[budget["student"] == student]
     seeds_ok = len(b) and (b.loc[b["rule"] == "seeds", "n_unjudged"] == 0).all() and (b["rule"] == "seeds").any()
     rule = "seeds" if seeds_ok else "paper"
@@ -36,8 +54,13 @@ def panel(ax, v, budget, tau: float, student: str):
             ax.errorbar(gg["D"].clip(lower=D_FLOOR), 100 * gg["delta"], yerr=err, fmt=marker,
                         color=report.FAMILY_COLORS[fam], ms=4 if marker == "X" else 3.5, elinewidth=0.6, capsize=1.2,
                         label=f"{fam} ({verdict})")
+    if guarded is not None and len(guarded):
+        guarded_points(ax, guarded, v, (lo_col, hi_col, verdict_col), tau)
+        v_axis = np.concatenate([v[c] for c in (lo_col, hi_col, "delta")] + [guarded[c] for c in (lo_col, hi_col, "delta")])
+    else:
+        v_axis = np.concatenate([v[lo_col], v[hi_col], v["delta"]])
     ax.set_xscale("log")
-    report.delta_axis(ax, 100 * np.concatenate([v[lo_col], v[hi_col], v["delta"]]))
+    report.delta_axis(ax, 100 * v_axis)
     ax.set_xlabel("run mismatch D (nats/token, log)")
     ax.set_ylabel("Δ held-out KL vs standard engine (%)")
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
@@ -50,12 +73,13 @@ def main(inp, out, params):
     budget = store.read_table(inp[1])
     rows = report.rows_frame(inp[2])
     engines = rows[rows["in_budget"]]
-    v = v.merge(engines[["name", "family"]], left_on="config", right_on="name")
+    guarded = v.merge(rows[rows["guard"].notna()][["name", "family", "engine_key"]], left_on="config", right_on="name")
+    v = v.merge(engines[["name", "family", "engine_key"]], left_on="config", right_on="name")
     students = [params.primary] + sorted(set(v["student"]) - {params.primary})
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),
                               squeeze=False)
     for ax, student in zip(axes[:, 0], students):
-        panel(ax, v[v["student"] == student], budget, params.tau, student)
+        panel(ax, v[v["student"] == student], budget, params.tau, student, guarded[guarded["student"] == student])
     report.save_figure(fig, out.pdf, out.png, inp)
 
 
