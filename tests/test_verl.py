@@ -881,7 +881,8 @@ def test_the_hook_chooses_each_syncs_numerics_from_the_logged_d_n(tmp_path):
     weights (the fallback) for the cooldown's steps, one decision per sync for all its buckets, recorded in
     GUARD_LOG and read back by logparse as steps.parquet's engine and guard_active."""
     numerics = {"weights": "none", "bf16_layers": [], "noise_sigma": 0.2, "noise_seed": 1}
-    guard = {"d_max": 0.01, "window": 2, "action": "fallback", "cooldown": 2, "run_dir": str(tmp_path), "steps": 20}
+    guard = {"d_max": 0.01, "window": 2, "action": "fallback", "cooldown": 2, "run_dir": str(tmp_path), "steps": 20,
+             "log": str(tmp_path / "verl.0.jsonl")}
     w = GuardedWorker()
     w.rank = 0
     w.vllm_config = SimpleNamespace(additional_config={"opd_numerics": numerics, "opd_guard": guard},
@@ -921,8 +922,9 @@ def test_verl_runs_the_guard_it_can_and_names_what_it_cannot(toy_config):
     paper = toy_config["experiments"]["paper"]
     g = {"d_max": "budget", "window": 10, "cooldown": 10}
     ok = [{"name": "g-noise", "noise_sigma": 0.15, "guard": {**g, "action": "fallback"}},
-          {"name": "g-nvfp4-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "fallback_numerics"}}]
-    bad = [{"name": "g-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "sync"}},
+          {"name": "g-nvfp4", "weights": "nvfp4", "guard": {**g, "action": "fallback_numerics"}}]
+    bad = [{"name": "g-nvfp4-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "fallback_numerics"}},
+           {"name": "g-k8", "weights": "nvfp4", "staleness": 8, "guard": {**g, "action": "sync"}},
            {"name": "g-k8-fb", "noise_sigma": 0.1, "staleness": 8, "guard": {**g, "action": "fallback"}},
            {"name": "g-kv", "kv_cache": "fp8_e4m3", "guard": {**g, "action": "fallback"}}]
     paper["rows"] += ok
@@ -940,7 +942,43 @@ def test_verl_runs_the_guard_it_can_and_names_what_it_cannot(toy_config):
     with pytest.raises(C.ConfigError) as e:
         C.validate(toy_config)
     m, n = str(e.value), len(paper["rows"])
+    assert (f"row {n - 4} ('g-nvfp4-k8'), field 'guard': verl backend: with staleness 8 verl's fully-async trainer "
+            f"logs one record per parameter version") in m
     assert f"row {n - 3} ('g-k8'), field 'guard.action': verl backend: 'sync' changes the staleness" in m
     assert f"row {n - 2} ('g-k8-fb'), field 'guard.action': verl backend: 'fallback' changes the staleness" in m
     assert f"row {n - 1} ('g-kv'), field 'guard': verl backend: the row's KV-cache dtype" in m
-    assert "'g-noise'" not in m and "'g-nvfp4-k8'" not in m
+    assert "'g-noise'" not in m and "'g-nvfp4'" not in m
+
+
+def test_a_resumed_guarded_run_decides_from_the_steps_it_keeps(tmp_path):
+    """A killed attempt logged steps past its last checkpoint; the resumed attempt trains them again, so the
+    guard replays only the records up to the checkpoint until the new attempt logs its own."""
+    (tmp_path / "verl.0.jsonl").write_text("".join(verl_line(n, 0.001 if n <= 10 else 0.5) for n in range(1, 13)))
+    guard = {"d_max": 0.01, "window": 2, "action": "fallback", "cooldown": 2, "run_dir": str(tmp_path), "steps": 20,
+             "log": str(tmp_path / "verl.1.jsonl")}
+    assert hook.guard_decision(guard) == (2, "row")  # no checkpoint: the new attempt starts over, none counts
+    (tmp_path / hook.CHECKPOINTS).mkdir()
+    (tmp_path / hook.CHECKPOINTS / "latest_checkpointed_iteration.txt").write_text("10")
+    assert hook.logged_d_n(tmp_path, tmp_path / "verl.1.jsonl") == pytest.approx({n: 0.001 for n in range(1, 11)})
+    assert hook.guard_decision(guard) == (12, "row")  # steps 11-12 of the killed attempt do not count
+    (tmp_path / "verl.1.jsonl").write_text(verl_line(11, 0.002))
+    assert hook.guard_decision(guard) == (13, "row")  # the new attempt's own step 11
+
+
+def test_a_native_rows_standalone_engine_starts_as_verls_rollout_server_starts_it():
+    """plan.native_engine_args against verl's own source (vllm_async_server.py's FP8 block config, the
+    specification): the same keys and constant values, and router gates of every layer left BF16."""
+    import ast
+    src = (VERL / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
+    node = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "FP8_BLOCK_QUANT_KWARGS" for t in n.targets))
+    verls = {ast.literal_eval(k): v for k, v in zip(node.value.keys, node.value.values)}
+    ours = plan.native_engine_args({"name": "x", "weights": "fp8_block", "activations": "fp8_group128"}, 3)
+    assert ours["quantization"] == "fp8"
+    q = ours["hf_overrides"]["quantization_config"]
+    assert set(q) == set(verls)
+    for k, v in verls.items():
+        if isinstance(v, (ast.Constant, ast.List)):
+            assert q[k] == ast.literal_eval(v), k
+    assert q["ignored_layers"] == [f"model.layers.{i}.mlp.gate" for i in range(3)]
+    assert plan.native_engine_args({"name": "x", "weights": "fp8_tensor", "activations": "fp8_token"}, 3) == {}

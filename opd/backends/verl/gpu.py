@@ -22,7 +22,7 @@ from . import logparse
 from .layout import layout as layout_of
 from .hook import GUARD_LOG
 from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
-from .plan import Schedule, schedule
+from .plan import CHECKPOINTS, Schedule, native_engine_args, schedule
 
 RAY_PORT = 6379
 
@@ -149,7 +149,7 @@ def train_run(spec: dict, run_dir: Path) -> None:
 def _merged_checkpoint(run_dir: Path, step: int, plan: Schedule) -> Path:
     """verl's FSDP checkpoint of the weights after `step` updates, merged into a Hugging Face folder
     (verl.model_merger); `plan` names verl's folder (per parameter version for the async trainer)."""
-    src = run_dir / "verl_checkpoints" / f"global_step_{plan.checkpoint(step)}" / "actor"
+    src = run_dir / CHECKPOINTS / f"global_step_{plan.checkpoint(step)}" / "actor"
     out = run_dir / "hf" / f"step_{step}"
     if not (out / "config.json").exists():
         subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(src),
@@ -265,14 +265,18 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
 
 
 def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list[int], list[int], list[float]]]:
-    """The candidate engine (the row's vLLM KV-cache settings, the hook's weight numerics) answers each
-    chat `messages` R times: (prompt ids, response ids, the engine's log-probability of each response token)."""
+    """The candidate engine (the row's vLLM KV-cache settings and native quantization, the hook's weight
+    numerics) answers each chat `messages` R times: (prompt ids, response ids, the engine's log-probability of each response token)."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     s = spec["student_spec"]
     numerics = weight_numerics(row, spec["seed"])
-    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **vllm_kv_args(row, s["layers"]))
+    native = native_engine_args(row, s["layers"])
+    if native:  # verl's loader patches, as its rollout server installs them before its engine starts (:1259)
+        from verl.utils.vllm.vllm_quant_utils import apply_vllm_quant_patches
+        apply_vllm_quant_patches()
+    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **vllm_kv_args(row, s["layers"]), **native)
     if numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()

@@ -40,6 +40,8 @@ import torch
 from opd.guard import ROW_ENGINE, GuardState
 from opd.quant import engine_weights
 
+from .plan import CHECKPOINTS
+
 GUARD_LOG = "guard.jsonl"  # in the run folder: one line per weight sync of a guarded run, {step, engine}
 GUARD_LAG = 1  # steps between the last d_n a sync sees and the first step its weights roll out, minus one
 
@@ -54,11 +56,30 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
         yield name, out[name]
 
 
+def checkpointed_step(run_dir: Path) -> int:
+    """The step of the run's latest verl checkpoint (verl's tracker file, ray_trainer.py:1040-1045), 0 if none."""
+    tracker = Path(run_dir) / CHECKPOINTS / "latest_checkpointed_iteration.txt"
+    return int(tracker.read_text().strip()) if tracker.exists() else 0
+
+
+def logged_d_n(run_dir: Path, current_log: Path) -> dict[int, float]:
+    """{step: d_n} as the current attempt continues the run: an earlier attempt's records count up to the
+    latest checkpoint (those after it were trained by weights the resumed run discarded, and are trained
+    again), the current attempt's records all count."""
+    from .logparse import attempt_logs, d_n_by_step
+    earlier = [p for p in attempt_logs(run_dir) if p != Path(current_log)]
+    resumed = checkpointed_step(run_dir)
+    d = {s: v for s, v in d_n_by_step(earlier).items() if s <= resumed}
+    if Path(current_log).exists():
+        d.update(d_n_by_step([Path(current_log)]))
+    return d
+
+
 def guard_decision(guard: dict) -> tuple[int, str]:
     """(the step a weight sync's weights first roll out, the engine for it: opd.guard.ROW_ENGINE or the
-    guard's action), from the d_n the run's verl logs hold now. `guard`: additional_config's opd_guard."""
-    from .logparse import attempt_logs, d_n_by_step
-    d = d_n_by_step(attempt_logs(Path(guard["run_dir"])))
+    guard's action), from the d_n the run's verl logs hold now (logged_d_n). `guard`: additional_config's
+    opd_guard (the run folder and this attempt's log among it)."""
+    d = logged_d_n(Path(guard["run_dir"]), Path(guard["log"]))
     g = GuardState.of_spec(guard, lag=GUARD_LAG, steps=int(guard["steps"]))
     for step in sorted(d):
         g.observe(step, d[step])

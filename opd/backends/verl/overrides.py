@@ -42,7 +42,7 @@ from opd.rows import Row
 
 from .layout import Layout
 from .layout import layout as layout_of
-from .plan import native_quantization, schedule
+from .plan import CHECKPOINTS, native_quantization, schedule
 
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
@@ -156,7 +156,7 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_old
         f"trainer.save_freq={plan.save_freq}",
         "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={hydra_value(os.path.join(os.path.abspath(run_dir), 'verl_checkpoints'))}",
+        f"trainer.default_local_dir={hydra_value(os.path.join(os.path.abspath(run_dir), CHECKPOINTS))}",
         # verl's own validation is off: the held-out evaluation (gpu.heldout_eval) is the measurement
         "trainer.val_before_train=False",
         "trainer.logger=[console,file]",
@@ -208,7 +208,7 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
         extra = {"opd_numerics": numerics}
         if guard:  # the hook reads the run's verl logs for d_n (hook.guard_decision)
-            extra["opd_guard"] = {**guard, "run_dir": os.path.abspath(run_dir), "steps": t["steps"]}
+            extra["opd_guard"] = {**guard, "run_dir": os.path.abspath(run_dir), "steps": t["steps"], "log": log_path}
         o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value(extra)}")
     spec = v.get("speculative")
     if r.speculative and spec and s.get("eagle3"):

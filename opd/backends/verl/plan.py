@@ -61,6 +61,8 @@ def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
     return out
 
 
+CHECKPOINTS = "verl_checkpoints"  # verl's trainer.default_local_dir, in the run folder
+
 # (weights, activations) -> verl's `rollout.quantization`: the pairs vLLM runs with its own kernels
 NATIVE = {("fp8_block", "fp8_group128"): "fp8"}
 
@@ -70,6 +72,21 @@ def native_quantization(row: dict | Row) -> str | None:
     (verl's FP8 config keeps no decoder layer BF16: it ignores only MoE gates), else None."""
     r = Row.of(row)
     return NATIVE.get((r.weights, r.activations)) if not r.bf16_layers else None
+
+
+def native_engine_args(row: dict | Row, n_layers: int) -> dict:
+    """The vLLM engine arguments a native row's engine starts with, as verl 0.9.1's rollout server builds them
+    for `rollout.quantization=fp8` (workers/rollout/vllm_rollout/vllm_async_server.py:1244-1262: block FP8
+    with dynamic activation scales, MoE router gates left BF16): what a standalone engine (the admission
+    check) needs to compute the numbers the training run's engine does. Empty for other rows."""
+    q = native_quantization(row)
+    if q is None:
+        return {}
+    if q != "fp8":
+        raise ValueError(f"no engine arguments known for rollout.quantization={q!r}")
+    return {"quantization": q, "hf_overrides": {"quantization_config": {
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128],
+        "ignored_layers": [f"model.layers.{i}.mlp.gate" for i in range(n_layers)]}}}
 
 
 def kernels(row: dict | Row) -> dict:
@@ -119,6 +136,10 @@ def errors(row: dict, experiment: dict) -> list[str]:
                    f"starts (the synchronous trainer, or the fully-async one with async_training."
                    f"trigger_parameter_sync_step; they are different entry points): there is no point to switch it; "
                    f"use 'fallback_numerics' (BF16 weights at the row's staleness), or the tiny backend")
+    if g is not None and r.staleness > 0 and g.action == "fallback_numerics":
+        out.append(f"guard: with staleness {r.staleness} verl's fully-async trainer logs one record per parameter "
+                   f"version ({r.staleness} steps), so the weight-sync hook would count the guard's window and lag in "
+                   f"versions, not steps; not built for verl: use the tiny backend, or a guard on a k = 0 row")
     if g is not None and (r.kv_cache != "none" or native_quantization(r) or r.activations != "none"):
         out.append("guard: the row's KV-cache dtype and vLLM quantization are engine arguments fixed when vLLM starts; "
                    "the weight-sync hook can switch only the numerics it applies itself (emulated weights, noise)")
