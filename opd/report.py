@@ -174,11 +174,12 @@ def save_figure(fig, pdf, png, inputs) -> None:
 
 def rows_frame(path) -> pd.DataFrame:
     """The analysis's rows.parquet with what opd.rows.Row says of each row: its family (mismatch source),
-    whether the budget is measured on it, and its engine (numerics and staleness)."""
+    whether the budget is measured on it, its engine (numerics and staleness), and whether it is guarded (the
+    mismatch guard: its steps mix the row's engine and the action's)."""
     rows = store.read_table(path)
     R = [Row.of(r) for r in rows.to_dict("records")]
     return rows.assign(family=[r.family for r in R], in_budget=[r.in_budget for r in R],
-                       engine_key=[r.engine_key for r in R])
+                       engine_key=[r.engine_key for r in R], guarded=[r.guard is not None for r in R])
 
 
 def _fmt(v, digits: int):

@@ -22,7 +22,11 @@ def _unset(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-GUARD_ACTIONS = ("fallback", "sync", "fallback_numerics")
+# What each guard action's engine keeps of the row's engine: (its numerics, its staleness). What is not kept is
+# the standard engine's: BF16 numerics, staleness 0. The one statement of the actions' meaning (Guard's
+# keeps_numerics and keeps_staleness read it; the backends and Row read those).
+_GUARD_KEEPS = {"fallback": (False, False), "sync": (True, False), "fallback_numerics": (False, True)}
+GUARD_ACTIONS = tuple(_GUARD_KEEPS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,16 @@ class Guard:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def keeps_numerics(self) -> bool:
+        """Whether the action's engine keeps the row's numerics (`sync`); otherwise BF16 weights and cache."""
+        return _GUARD_KEEPS[self.action][0]
+
+    @property
+    def keeps_staleness(self) -> bool:
+        """Whether the action's engine keeps the row's staleness (`fallback_numerics`); otherwise synchronous."""
+        return _GUARD_KEEPS[self.action][1]
 
 
 @dataclass(frozen=True)
@@ -136,10 +150,11 @@ class Row:
 
     @property
     def guard_falls_back_to_standard(self) -> bool:
-        """A guard whose fallback is the standard engine (BF16 numerics, synchronous): `fallback`, or `sync` on a
-        row whose numerics are BF16 already (a staleness row)."""
+        """A guard whose fallback is the standard engine (BF16 numerics, synchronous): what the action keeps of the
+        row's engine is standard already (`fallback`; `sync` on a row whose numerics are BF16, a staleness row)."""
         g = self.guard
-        return g is not None and (g.action == "fallback" or (g.action == "sync" and self.has_standard_numerics))
+        return (g is not None and (not g.keeps_numerics or self.has_standard_numerics)
+                and (not g.keeps_staleness or self.staleness == 0))
 
     @property
     def family(self) -> str:

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opd.guard import ROW_ENGINE
 from opd.provenance import sha256_file
 
 _ID = {"run_id": pa.string(), "config": pa.string(), "student": pa.string(), "seed": pa.int64(), "step": pa.int64()}
@@ -38,9 +39,9 @@ HELDOUT = pa.schema({**_ID, "prompt_id": pa.int64(), "kl": pa.float64(), "kl_sam
                      "n_tokens": pa.int64(), "correct": pa.float64()}.items())
 SCHEMAS = {"steps.parquet": STEPS, "heldout.parquet": HELDOUT}
 # Columns added to the contract after runs were committed, with the value a file written before them
-# reads back with (the mismatch guard's: which engine rolled the step out, opd.guard.ROW_ENGINE or the
-# guard's action, and whether the guard was active). Writers write them.
-ADDED = {"engine": "row", "guard_active": False}
+# reads back with (the mismatch guard's: which engine rolled the step out, ROW_ENGINE or the guard's action,
+# and whether the guard was active). Writers write them.
+ADDED = {"engine": ROW_ENGINE, "guard_active": False}
 # Columns a writer may add and a reader checks when present (runs written before the column existed, or by
 # a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
 # policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).

@@ -318,6 +318,42 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} ± {kv.loc[('only', 0, 'k'), 'share_se']:.0%}" in text
 
 
+def test_kv_shares_only_where_their_se_resolves_them():
+    """A layer's effect is split into keys' and values' shares only where both shares' SEs are at most
+    KV_SHARE_SE_MAX; otherwise the sentence says the split is not resolved (no '74% ± 251%')."""
+    mod = load("findings")
+    row = lambda mode, layer, part, d, se, sh=np.nan, sh_se=np.nan: {  # noqa: E731
+        "student": "s", "recipe": "fp8_e5m2", "mode": mode, "layer": layer, "part": part, "d_hat": d, "se": se,
+        "share": sh, "share_se": sh_se}
+    kv = pd.DataFrame([row("all", -1, "kv", 0.004, 0.0004),
+                       row("only", 0, "kv", 0.002, 0.0003), row("only", 0, "k", 0.0016, 0.0003, 0.82, 0.07),
+                       row("only", 0, "v", 0.0002, 0.0001, 0.07, 0.04),
+                       row("only", 1, "kv", 0.0002, 0.00007), row("only", 1, "k", 0.00015, 0.0004, 0.74, 2.51),
+                       row("only", 1, "v", 0.00007, 0.0002, 0.34, 0.3)])
+    text = "\n".join(mod.kv_sentences(kv))
+    assert "layer 0 alone 0.002 ± 0.0003, keys only 82% ± 7% and values only 7% ± 4% of it" in text
+    assert "layer 1 alone 0.0002 ± 7e-05, its split into keys and values is not resolved" in text
+    assert "74%" not in text and "251%" not in text
+    kv.loc[kv["share_se"] == 2.51, "share_se"] = mod.KV_SHARE_SE_MAX  # at the limit: split
+    assert "keys only 74% ± 50% and values only 34% ± 30%" in "\n".join(mod.kv_sentences(kv))
+
+
+def test_rl_spread_counts_the_factors_in_seed_sds():
+    """The RL thresholds' sentence: the standard engine's seed spread (SD/mean) at the final held-out evaluation
+    and each factor in such SDs; entropy said to be unmeasured where the runs lack it."""
+    mod = load("findings")
+    h = pd.DataFrame([{"config": "bf16", "student": "s", "seed": sd, "step": st, "prompt_id": p,
+                       "n_tokens": 10 + sd, "entropy": 0.5 * (1 + 0.1 * sd)}
+                      for sd in range(3) for st in (0, 10) for p in range(4)])
+    text = mod.rl_spread(h, "bf16", "s", {"entropy_factor": 1.5, "length_factor": 1.2})
+    cv_len = np.std([10, 11, 12], ddof=1) / 11
+    assert f"varies by {cv_len:.2%}" in text and f"length factor 1.2x is {0.2 / cv_len:.0f} such SDs" in text
+    cv_ent = np.std([0.5, 0.55, 0.6], ddof=1) / 0.55
+    assert f"held-out entropy varies by {cv_ent:.1%}, so the entropy factor 1.5x is {0.5 / cv_ent:.0f}" in text
+    assert "not measured here" in mod.rl_spread(h.drop(columns="entropy"), "bf16", "s",
+                                                {"entropy_factor": 1.5, "length_factor": 1.2})
+
+
 def test_guard_record(analysis):
     """analysis/guard.parquet from the fixture's guarded row (steps 4-9 and 14-19 of each run on the fallback,
     1.2x slower there): its unguarded twin, the cheap engine's share, two activations per run, the in-run
@@ -326,7 +362,7 @@ def test_guard_record(analysis):
     v = store.read_table(analysis / "verdicts.parquet").set_index("config")
     assert g["unguarded"] == "n1" and g["action"] == "fallback" and g["d_max"] == 0.01 and g["n_runs"] == 3
     assert g["cheap_share"] == pytest.approx(0.4) and g["activations"] == 2 and g["activations_max"] == 2
-    assert g["cheap_over_fallback"] == pytest.approx(1.2) and g["ratio"] == pytest.approx(500 / 0.112 / (500 / 0.1))
+    assert g["cheap_over_fallback"] == pytest.approx(1.2) and g["cross_job_ratio"] == pytest.approx(500 / 0.112 / (500 / 0.1))
     assert g["run_over_fallback"] == pytest.approx((10000 / 2.24) / (6000 / 1.44)) and g["fallback_is_standard"]
     assert g["baseline_alarms"] == 0 and g["baseline_runs"] == 4 and g["baseline_max_window_d"] < 0.01
     assert g["delta"] == v.loc["n1-guard", "delta"] and g["unguarded_delta"] == v.loc["n1", "delta"]

@@ -7,6 +7,7 @@ import pytest
 from opd import config as C
 from opd import store
 from opd.guard import GuardState, max_activations
+from opd.rows import Guard, Row
 
 
 def drive(g: GuardState, d, steps: int) -> GuardState:
@@ -66,3 +67,16 @@ def test_no_false_alarm_on_the_standard_engine():
             assert st["d_n"].rolling(spec["window"]).mean().max() < spec["d_max"] / 10
         D = [st["d_n"].mean() for st in runs]
         assert max(D) - min(D) < spec["d_max"] / 10
+
+
+@pytest.mark.parametrize("action,numerics,staleness", [("fallback", False, False), ("sync", True, False),
+                                                       ("fallback_numerics", False, True)])
+def test_what_each_action_keeps_of_the_row_engine(action, numerics, staleness):
+    """Guard.keeps_numerics / keeps_staleness: the one statement of the actions' meaning; the fallback is the
+    standard engine exactly where what the action keeps is standard already."""
+    g = Guard(d_max=0.01, window=5, action=action, cooldown=5)
+    assert (g.keeps_numerics, g.keeps_staleness) == (numerics, staleness)
+    quant_stale = Row(name="q", weights="nvfp4", staleness=4, guard=g)
+    stale = Row(name="s", staleness=4, guard=g)
+    assert quant_stale.guard_falls_back_to_standard == (not numerics and not staleness)
+    assert stale.guard_falls_back_to_standard == (not staleness)

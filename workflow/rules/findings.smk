@@ -22,6 +22,7 @@ rule findings:
         primary=PRIMARY,
         alpha=E["admission"]["alpha"],
         L=E["admission"]["L"],
+        rl_collapse=E.get("rl_collapse", {}),
     log:
         f"logs/{EXP}/findings.log",
     script:

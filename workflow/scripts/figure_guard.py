@@ -2,7 +2,9 @@
 the same engine unguarded and the guard's line; (b) Delta against trained tokens/s (ratio to the standard
 engine) for guarded, unguarded and the standard engine, an arrow from each unguarded row to its guarded one.
 Throughput in (b) is measured inside the guarded runs (one job): the whole run's and its cheap-engine steps'
-tokens/s over its fallback steps', so (b) shows the rows whose fallback is the standard engine."""
+tokens/s over its fallback steps', so (b) shows the rows whose fallback is the standard engine. The open marker
+(unguarded) is the unguarded row's Delta at the tokens/s its engine reached inside the guarded run (the guarded
+run's own cheap-engine steps), not a throughput measured in the unguarded run's job."""
 import numpy as np
 
 from opd import report, scripts, store
@@ -64,8 +66,8 @@ def main(inp, out, params):
     ax.axhline(0, color="#bbbbbb", lw=0.5)
     ax.axvline(1, color="#bbbbbb", lw=0.5)
     report.delta_axis(ax, 100 * np.r_[g["delta"], g["unguarded_delta"].astype(float), g["ci_hi_seeds"]])
-    ax.set_xlabel("trained tokens/s over the standard engine's, measured inside the guarded runs\n"
-                  "(open: the cheap engine's steps, filled: the whole guarded run)")
+    ax.set_xlabel("trained tokens/s over the fallback's (BF16) steps, measured inside each guarded run; filled: the whole "
+                  "guarded run,\nopen: the unguarded row's Δ at the tokens/s its engine reached inside the guarded run")
     ax.set_ylabel("Δ vs standard engine (%)")
     ax.set_title("Δ against throughput, rows whose fallback is BF16 synchronous (arrows: unguarded → guarded)",
                  fontsize=6.5)

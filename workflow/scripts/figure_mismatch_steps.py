@@ -1,4 +1,6 @@
-"""d_n per training step for every OPD row of the primary student, one panel per mismatch source."""
+"""d_n per training step for every OPD row of the primary student, one panel per mismatch source. Guarded rows
+are left out: their steps mix the row's engine and the guard's action, so a line of theirs is no one engine's
+d_n (figure_guard draws them, with the guard's activations shaded)."""
 from opd import report, scripts, store
 
 SMOOTH = 5  # steps in the centred rolling mean drawn over the raw points
@@ -7,7 +9,7 @@ SMOOTH = 5  # steps in the centred rolling mean drawn over the raw points
 def main(inp, out, params):
     st = store.read_table(inp[0])
     rows = report.rows_frame(inp[1])
-    rows = rows[rows["algorithm"] == "opd"]
+    rows = rows[(rows["algorithm"] == "opd") & ~rows["guarded"]]
     st = st[(st["student"] == params.primary)].merge(rows[["name", "family", "variant"]], left_on="config",
                                                      right_on="name")
     fams = [f for f in report.FAMILY_COLORS if f not in ("baseline", "rl") and f in set(st["family"])]

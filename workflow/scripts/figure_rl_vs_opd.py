@@ -30,7 +30,10 @@ def main(inp, out, params):
         report.include_reference(ax, 0)
         report.panel_legend(ax, below=True)
     ax = axes[-1]
-    opd = plain.drop_duplicates("opd_config").set_index("opd_config")
+    # OPD's verdict on each engine, the primary student's (keyed by student and engine: RL rows on several
+    # students carry each student's own OPD verdicts)
+    opd = plain.drop_duplicates(["student", "opd_config"])
+    opd = opd[opd["student"] == params.primary].set_index("opd_config")
     verdict = report.verdict(opd, prefix="opd_")
     judged = [e for e in engines if e != params.baseline and e in verdict.index]
     n_fail = sum(verdict[e] == "fail" for e in judged)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from opd import mechanism, report, scripts, store
+from opd import mechanism, report, scripts, stats, store
 
 NOISE = ("- **Instrument noise.** The standard engine against itself, one seed against another: Δ has SD "
          "{sd_single:.1%} on {student} ({n_seeds} seeds; range {lo:+.1%} to {hi:+.1%}), where the problem-only "
@@ -28,6 +28,17 @@ ADMISSION = ("- **Admission check** (α = {alpha}, L = {L}, {n_prompts} prompts)
              "(the SE of a mean shrinks as 1/√n). In-training D / offline D̂ reaches {alpha_implied:.2f} "
              "(for D̂ ≥ {ratio_floor}); the largest passing D is {L_retrospective:.4g}.")
 RL = "- **RL under the same engines** ({student}): {items}."
+RL_SPREAD = ("- **RL collapse thresholds against the seed spread** ({student}, the standard engine's {n} OPD seeds at the "
+             "final held-out evaluation, the quantities the rule compares): mean held-out response length varies by "
+             "{len_cv:.2%} across seeds (SD/mean), so the length factor {len_f:g}x is {len_sds:.0f} such SDs; {entropy}.")
+RL_SPREAD_ENTROPY = ("held-out entropy varies by {ent_cv:.1%}, so the entropy factor {ent_f:g}x is {ent_sds:.0f} such "
+                     "SDs")
+RL_SPREAD_NO_ENTROPY = ("held-out entropy is not in these runs (an optional column, logged since the rule), so its "
+                        "spread is not measured here")
+# A layer's effect is split into the shares keys alone and values alone carry only where both shares' SEs are
+# at most this (50 points); a larger SE says nothing about the split at this sample.
+KV_SHARE_SE_MAX = 0.5
+KV_UNRESOLVED = "its split into keys and values is not resolved at this sample (a share's SE is above {max:.0%})"
 KV = ("- **FP8 KV cache by layer and part** ({student}, {recipe}, offline D̂ ± SE): every layer {all_kv}; {layers}.")
 GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max:g}, window {window}, cooldown {cooldown} doubling on "
          "re-trigger; Δ with the seed-aware interval): {items}. Replayed over the standard engine's {runs} runs "
@@ -100,6 +111,28 @@ def rl_item(r) -> str:
             f"{f' (collapsed: {r.collapse_criteria})' if r.collapsed else ''}; OPD on that engine: {opd}")
 
 
+def rl_spread(heldout: pd.DataFrame, baseline: str, student: str, thresholds: dict) -> str | None:
+    """The seed-to-seed spread (SD/mean) of the held-out quantities the RL collapse rule's factors compare (mean
+    response length, and the policy's per-token entropy, token-weighted, where the runs logged it), over the
+    standard engine's seeds at their final evaluation, against the factors (how many such SDs each factor is)."""
+    h = heldout[(heldout["config"] == baseline) & (heldout["student"] == student)]
+    if h["seed"].nunique() < 2:
+        return None
+    fin = h[h["step"] == h["step"].max()]
+    cv = lambda x: float(x.std(ddof=1) / x.mean())  # noqa: E731
+    sds = lambda factor, c: (factor - 1) / c if c > 0 else float("inf")  # noqa: E731
+    per = fin.groupby("seed").agg(tok=("n_tokens", "sum"), length=("n_tokens", "mean"))
+    f = thresholds
+    entropy = RL_SPREAD_NO_ENTROPY
+    if "entropy" in fin and fin["entropy"].notna().all():
+        ent = fin.assign(e=fin["entropy"] * fin["n_tokens"]).groupby("seed")["e"].sum() / per["tok"]
+        entropy = RL_SPREAD_ENTROPY.format(ent_cv=cv(ent), ent_f=f["entropy_factor"],
+                                           ent_sds=sds(f["entropy_factor"], cv(ent)))
+    len_cv = cv(per["length"])
+    return RL_SPREAD.format(student=student, n=len(per), len_cv=len_cv, len_f=f["length_factor"],
+                            len_sds=sds(f["length_factor"], len_cv), entropy=entropy)
+
+
 def kv_sentences(kv: pd.DataFrame) -> list[str]:
     """Per student and recipe: D_hat of every layer in FP8, and of each layer alone with the share of it that
     keys alone and values alone carry."""
@@ -113,6 +146,8 @@ def kv_sentences(kv: pd.DataFrame) -> list[str]:
             whole = k.loc[("only", i, "kv")]
             if whole["d_hat"] < 2 * whole["se"]:  # a share of an effect within 2 SE of 0 means nothing
                 return "too close to 0 to split into keys and values"
+            if max(k.loc[("only", i, p), "share_se"] for p in ("k", "v")) > KV_SHARE_SE_MAX:
+                return KV_UNRESOLVED.format(max=KV_SHARE_SE_MAX)
             return f"keys only {share(('only', i, 'k'))} and values only {share(('only', i, 'v'))} of it"
         layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, {parts(i)}"
                            for i in sorted(k.xs("only", level="mode").index.get_level_values("layer").unique()))
@@ -249,8 +284,9 @@ def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) ->
 
 
 def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission, rl, tau, baseline, primary,
-             kv=None, probes=None, guard=None) -> str:
-    """probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny backend)."""
+             kv=None, probes=None, guard=None, rl_thresholds=None) -> str:
+    """probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny backend).
+    rl_thresholds: the experiment's rl_collapse settings (defaults: opd.stats.RL_COLLAPSE_DEFAULTS)."""
     out = [f"# Findings of this experiment (generated by workflow/scripts/findings.py; τ = {tau:.0%})", ""]
     students = [primary] + sorted(set(verdicts["student"]) - {primary})
     base = heldout[heldout["config"] == baseline]
@@ -290,6 +326,9 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
         items = "; ".join(rl_item(r) for r in g.itertuples() if r.reference != r.config)
         if items:
             out.append(RL.format(student=student, items=items))
+    if len(rl) and (spread := rl_spread(heldout, baseline, primary,
+                                        {**stats.RL_COLLAPSE_DEFAULTS, **(rl_thresholds or {})})):
+        out.append(spread)
     if kv is not None:
         out += kv_sentences(kv)
     if probes is not None:
@@ -309,7 +348,8 @@ def main(inp, out, params):
                     tables["staleness_lr"], tables["heldout"], rows, admission, tables["rl"], params.tau,
                     params.baseline, params.primary,
                     store.read_table(inp.kv_attribution) if hasattr(inp, "kv_attribution") else None,
-                    probes=probes, guard=store.read_table(inp.guard) if hasattr(inp, "guard") else None)
+                    probes=probes, guard=store.read_table(inp.guard) if hasattr(inp, "guard") else None,
+                    rl_thresholds=getattr(params, "rl_collapse", {}))
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 

@@ -20,7 +20,7 @@ import torch
 from opd import config as C
 from opd import store
 from opd.guard import ROW_ENGINE, GuardState
-from opd.rows import Row
+from opd.rows import Guard, Row
 
 from . import model as M
 from .engine import Engine, Numerics, Rollout, token_logprobs
@@ -136,17 +136,19 @@ def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, sett
 class RolloutWorker(threading.Thread):
     """Samples the batch of step n with policy version n - k as soon as that version exists. With a
     guard (opd.guard.GuardState, read under `cond`), a step the guard covers is sampled by its action's
-    engine: `fallback` the standard BF16 engine at version n (synchronous), `sync` the row's engine at
-    version n, `fallback_numerics` the standard BF16 engine at version n - k. Version n - k exists only
-    once step n - k - 1 was observed, so the guard's decision for step n never depends on timing."""
+    engine: the row's numerics where the action keeps them (`rule.keeps_numerics`, opd.rows.Guard), else the
+    standard BF16 engine, at version n - k where it keeps the row's staleness (`rule.keeps_staleness`), else at
+    version n (synchronous): `fallback` BF16 at n, `sync` the row's numerics at n, `fallback_numerics` BF16
+    at n - k. Version n - k exists only once step n - k - 1 was observed, so the guard's decision for step n
+    never depends on timing."""
 
     def __init__(self, engine: Engine, versions: dict, cond: threading.Condition, train: Problems,
                  settings: Settings, seed: int, k: int, start: int, guard: GuardState | None = None,
-                 fallback: Engine | None = None):
+                 fallback: Engine | None = None, rule: Guard | None = None):
         super().__init__(daemon=True)
         self.engine, self.versions, self.cond, self.train = engine, versions, cond, train
         self.s, self.seed, self.k, self.start_step = settings, seed, k, start
-        self.guard, self.fallback = guard, fallback
+        self.guard, self.fallback, self.rule = guard, fallback, rule
         self.out: queue.Queue = queue.Queue(maxsize=k + 1)
         self.stop = threading.Event()
 
@@ -157,13 +159,14 @@ class RolloutWorker(threading.Thread):
                 with self.cond:
                     self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
                     kind = self.guard.engine(n) if self.guard else ROW_ENGINE
-                    if kind in ("fallback", "sync"):
+                    acting = kind != ROW_ENGINE
+                    if acting and not self.rule.keeps_staleness:
                         v = n
                         self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
                     if self.stop.is_set():
                         return
                     state = self.versions[v]
-                engine = self.fallback if kind in ("fallback", "fallback_numerics") else self.engine
+                engine = self.fallback if acting and not self.rule.keeps_numerics else self.engine
                 sync = engine.load(state, v) if engine.version != v else 0.0
                 t = time.perf_counter()
                 rng = np.random.default_rng([self.seed, n, 1])
@@ -220,8 +223,9 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
 
     cond = threading.Condition()
     engine = Engine(student.cfg, Numerics.of_row(row, seed), calibration=lambda: calibration_batch(s.task_seed))
-    fallback = Engine(student.cfg, Numerics()) if guard and guard.action != "sync" else None
-    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start, guard, fallback)
+    rule = Guard.of(spec["guard"]) if guard else None  # the guard this run runs (its spec's), as opd.rows.Guard
+    fallback = Engine(student.cfg, Numerics()) if rule and not rule.keeps_numerics else None
+    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start, guard, fallback, rule)
     worker.start()
     wait_total = 0.0
     try:
