@@ -131,12 +131,12 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
     g = r.guard
-    if g is not None and (g.action == "sync" or (g.action == "fallback" and r.staleness > 0)):
+    if g is not None and not g.keeps_staleness and (g.keeps_numerics or r.staleness > 0):
         out.append(f"guard.action: {g.action!r} changes the staleness mid-run, and verl 0.9.1 fixes it when the trainer "
                    f"starts (the synchronous trainer, or the fully-async one with async_training."
                    f"trigger_parameter_sync_step; they are different entry points): there is no point to switch it; "
                    f"use 'fallback_numerics' (BF16 weights at the row's staleness), or the tiny backend")
-    if g is not None and r.staleness > 0 and g.action == "fallback_numerics":
+    if g is not None and r.staleness > 0 and g.keeps_staleness:
         out.append(f"guard: with staleness {r.staleness} verl's fully-async trainer logs one record per parameter "
                    f"version ({r.staleness} steps), so the weight-sync hook would count the guard's window and lag in "
                    f"versions, not steps; not built for verl: use the tiny backend, or a guard on a k = 0 row")
