@@ -173,6 +173,12 @@ class Row:
             return "baseline"
         return kinds[0] if len(kinds) == 1 else "combined"
 
+    def unguarded_in(self, rows) -> "Row | None":
+        """The same engine without a guard among `rows` (same numerics and staleness, same lr and reference,
+        plain OPD): what a guarded row is compared with. None if the experiment does not run it."""
+        return next((r for r in rows if r.is_plain_opd and r.engine_key == self.engine_key
+                     and r.lr == self.lr and r.reference == self.reference), None)
+
     def students_or(self, first: str) -> tuple[str, ...]:
         return self.students or (first,)
 

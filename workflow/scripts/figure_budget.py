@@ -7,6 +7,7 @@ rows are drawn beside it, hollow, each with an arrow from its unguarded row: the
 import numpy as np
 
 from opd import report, scripts, store
+from opd.rows import Row
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
 RULE_COLUMNS = {"seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds"), "paper": ("ci_lo", "ci_hi", "verdict")}
@@ -15,7 +16,7 @@ RULE_TITLE = {"seeds": "seed-aware rule", "paper": "paper's rule (problems only)
 
 def guarded_points(ax, g, v, cols, tau: float):
     """Guarded rows (opd.guard) beside the budget, not in it (a guarded run mixes engines): a hollow marker
-    at the guarded run's D and Delta, with an arrow from its unguarded row (the same engine_key)."""
+    at the guarded run's D and Delta, with an arrow from its unguarded row (Row.unguarded_in)."""
     lo_col, hi_col, verdict_col = cols
     for i, (_, r) in enumerate(g.iterrows()):
         err = [[100 * max(r["delta"] - r[lo_col], 0)], [100 * max(r[hi_col] - r["delta"], 0)]]
@@ -23,7 +24,7 @@ def guarded_points(ax, g, v, cols, tau: float):
                     color=report.FAMILY_COLORS[r["family"]], ms=3.5, elinewidth=0.6, capsize=1.2,
                     label=(f"guarded rows ({(g[verdict_col] == 'pass').sum()} of {len(g)} pass; arrow from\n"
                            f"the unguarded row), not in the budget") if i == 0 else None)
-        u = v[[k == r["engine_key"] for k in v["engine_key"]]]  # (`==` with a tuple would compare elementwise)
+        u = v[v["config"] == r["unguarded"]]
         if len(u):
             ax.annotate("", xy=(max(r["D"], D_FLOOR), 100 * r["delta"]),
                         xytext=(max(u["D"].iloc[0], D_FLOOR), 100 * u["delta"].iloc[0]),
@@ -73,8 +74,11 @@ def main(inp, out, params):
     budget = store.read_table(inp[1])
     rows = report.rows_frame(inp[2])
     engines = rows[rows["in_budget"]]
-    guarded = v.merge(rows[rows["guard"].notna()][["name", "family", "engine_key"]], left_on="config", right_on="name")
-    v = v.merge(engines[["name", "family", "engine_key"]], left_on="config", right_on="name")
+    R = [Row.of(r) for r in store.read_table(inp[2]).to_dict("records")]
+    plain = {r.name: (r.unguarded_in(R).name if r.unguarded_in(R) else None) for r in R if r.guard is not None}
+    guarded = v.merge(rows[rows["name"].isin(list(plain))][["name", "family"]], left_on="config", right_on="name")
+    guarded["unguarded"] = guarded["config"].map(plain)
+    v = v.merge(engines[["name", "family"]], left_on="config", right_on="name")
     students = [params.primary] + sorted(set(v["student"]) - {params.primary})
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),
                               squeeze=False)

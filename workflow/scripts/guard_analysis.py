@@ -18,12 +18,6 @@ from opd.guard import GuardState
 from opd.rows import Row
 
 
-def unguarded(row: Row, rows: list[Row]) -> Row | None:
-    """The same engine without a guard (same numerics and staleness, plain OPD), if the experiment runs it."""
-    return next((r for r in rows if r.is_plain_opd and r.engine_key == row.engine_key
-                 and r.lr == row.lr and r.reference == row.reference), None)
-
-
 def tokens_per_s(st: pd.DataFrame) -> float:
     """Trained tokens per second of wall time per step, pooled over the steps given."""
     return float(st["trained_tokens"].sum() / st["step_s"].sum()) if len(st) else float("nan")
@@ -59,7 +53,7 @@ def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], b
     v = verdicts.set_index(["student", "config"])
     out = []
     for g in [r for r in rows if r.guard is not None]:
-        plain = unguarded(g, rows)
+        plain = g.unguarded_in(rows)
         spec = C.guard_spec(experiment, g)
         for student in sorted(steps.loc[steps["config"] == g.name, "student"].unique()):
             base = steps[(steps["config"] == baseline) & (steps["student"] == student)]
