@@ -16,7 +16,6 @@ JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes
     "kv-attribution": "per-layer FP8 KV-cache attribution of the offline mismatch",
     "throughput": "measured async throughput against staleness k",
     "memory-bound": "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache",
-    "probes": "the mechanism's gradient probes on the primary student's runs",
 }
 
 

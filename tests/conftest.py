@@ -69,7 +69,7 @@ def planned_rules(jobs) -> set[str]:
 
 
 def planned_runs(jobs) -> set[str]:
-    return {w.split("=", 1)[1] for r, w in jobs if r == "train"}
+    return {w.split("=", 1)[1] for r, w in jobs if r in ("train", "train_probed")}  # the probed runs: mechanism.smk
 
 
 def edit_config(cwd: Path, fn) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import edit_config, make_clone, planned, planned_rules, planned_runs, snakemake
 
-TRAINING = {"train", "base_models"}
+TRAINING = {"train", "train_probed", "base_models"}
 
 
 def test_fresh_clone_with_results_schedules_no_training(clone):
@@ -68,6 +68,20 @@ def test_adding_a_seed_runs_only_that_seed(built_clone):
     assert planned_runs(jobs) == {"nvfp4.qwen-s.s3"}
     assert not planned_rules(jobs) & {"base_models", "admission"}
     assert {"analysis", "figure_noise", "figure_budget", "table_runs"} <= planned_rules(jobs)
+
+
+def test_changing_the_probe_settings_reruns_only_the_probed_runs(built_clone):
+    """The probes run inside their runs' training jobs (rule train_probed): new probe settings retrain those
+    nine runs, with their probes, and no other run."""
+    smk = built_clone / "workflow/rules/mechanism.smk"
+    text = smk.read_text()
+    assert '"prompts": 128,' in text
+    smk.write_text(text.replace('"prompts": 128,', '"prompts": 64,'))
+    jobs = planned(built_clone)
+    probed = {w.split("=", 1)[1] for r, w in jobs if r == "train_probed"}
+    assert planned_runs(jobs) == probed and len(probed) == 9
+    assert {"bf16.qwen-s.s0", "noise-325.qwen-s.s0", "stale-k8.qwen-s.s0"} <= probed
+    assert {"probes", "figure_mechanism", "findings"} <= planned_rules(jobs)
 
 
 def test_placement_edits_rerun_nothing(built_clone):

@@ -273,7 +273,7 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
     n_gt = int((probes.loc[n_big, "T_logit"] > probes.loc[n_big, "S_logit"]).sum())
     assert f"holds on all {probes['n_prefixes_q'].sum() + probes['n_prefixes_fixed'].sum():,} prefixes" in text
     assert f"is {worst:.2f} for OPD" in text and f"logit space: T > S at {n_gt} of {n_big.sum()} points" in text
-    assert f"{probes.groupby('config')['run_cpu_s'].first().sum():.0f} CPU s for 4 runs" in text
+    assert f"probing the 4 runs took {probes.groupby('config')['probe_cpu_s'].first().sum():.0f} CPU s" in text
     probes["opd_bias_bound_max_l1"] = 0.5
     probes.loc[3, "opd_bias_bound_max_l1"] = 0.91
     probes["T_logit"] = probes["S_logit"] * 2
@@ -292,7 +292,7 @@ def probe_tables(seed=0):
     measured += ["opd_bias_mean", "rl_bias_mean", "opd_bias_bound_max_l1", "rl_bias_bound_max_l1", "delta_l1", "kl_pt"]
     rows = [{"config": config, "student": "m", "seed": 0, "noise_sigma": sigma, "staleness": k, "step": step,
              "probe_seed": ps, "main": ps == 0, "n_prefixes_q": 100 + ps, "n_prefixes_p": 100, "n_prefixes_fixed": 90,
-             "steps_match_first_diverged": -1, "recreate_cpu_s": 10.0 + i, "run_cpu_s": 20.0 + 2 * i, "job_s": 50.0,
+             "probe_cpu_s": 10.0 + 2 * i, "probe_s": 11.0 + 2 * i,
              **dict(zip(measured, rng.uniform(0.05, 0.95, len(measured))))}
             for i, (config, sigma, k) in enumerate((("bf16", 0.0, 0), ("n-lo", 0.15, 0), ("n-hi", 0.325, 0),
                                                     ("k8", 0.0, 8)))

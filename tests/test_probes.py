@@ -1,6 +1,6 @@
 """The mechanism's gradient probes (opd/backends/tiny/probes.py): exact per-prefix terms, the bias bound on
-every prefix, the engine's distribution on a prefix, the parameter-space pull-back, re-created weights,
-and the job with its figure and tables."""
+every prefix, the engine's distribution on a prefix, the parameter-space pull-back, the weights a probed run
+keeps (also across a resume), its probes, and the stage with its figure and tables."""
 import importlib.util
 import json
 from pathlib import Path
@@ -162,48 +162,72 @@ def test_probe_point_exact_engine_has_no_error_and_a_noisy_one_has(models):
     assert out["upd_fixed_logit"] == pytest.approx(out["U_logit"]) and out["U_param"] == pytest.approx(out["upd_fixed_param"])
 
 
-# ---------------------------------------------------------------- re-created weights and the job
+# ---------------------------------------------------------------- a probed run and the stage
 
-def tiny_run(tmp_path, student, teacher, name, row, steps=4):
+def tiny_run(tmp_path, student, teacher, name, row, steps=4, probe=None, job=trainer.train_job, **kw):
     M.save(student, tmp_path / "student.pt")
     M.save(teacher, tmp_path / "teacher.pt")
     spec = {"run_id": f"{name}.m.s0", "row": row, "seed": 0, "student": "m",
             "student_path": str(tmp_path / "student.pt"), "teacher_path": str(tmp_path / "teacher.pt"),
             "settings": {"steps": steps, "prompts_per_step": 2, "responses_per_prompt": 2, "lr": 1e-3,
-                         "eval_every": 2, "eval_responses": 1, "checkpoint_every": 100, "task_seed": 0}}
-    store.write_json(spec, tmp_path / f"{name}.json")
+                         "eval_every": 2, "eval_responses": 1, "checkpoint_every": 2, "task_seed": 0},
+            **({"probes": probe} if probe else {})}
     run_dir = tmp_path / name
-    trainer.train_run(spec, run_dir)
-    return spec, run_dir
+    return spec, run_dir, job(spec, run_dir, **kw)
 
 
-def test_recreated_weights_are_the_runs(tmp_path, models):
+PROBE = {"prompts": 4, "responses": 1, "probe_seed": 0, "extra_seeds": [1], "sample_prefixes": 5, "steps": [0, 2, 4]}
+
+
+def test_a_run_keeps_the_weights_its_probes_read_also_across_a_resume(tmp_path, models):
     student, teacher = models
-    spec, run_dir = tiny_run(tmp_path, student, teacher, "stale", {"name": "stale", "staleness": 1})
-    states, steps = P.recreate(spec, {0, 3, 4})
-    assert sorted(states) == [0, 3, 4]
-    assert all(torch.equal(states[0][k], v) for k, v in student.state_dict().items())
-    assert not all(torch.equal(states[4][k], v) for k, v in student.state_dict().items())
-    cmp = P.compare_steps(steps, store.read_table(run_dir / "steps.parquet"))
-    assert cmp == {"steps_match_max_abs_d_n": 0.0, "steps_match_max_abs_loss": 0.0, "steps_match_first_diverged": -1}
-    again, _ = P.recreate(spec, {4})
-    assert all(torch.equal(again[4][k], v) for k, v in states[4].items())
-    assert trainer.clone_state is not None and trainer.clone_state.__name__ == "clone_state"  # hook removed
-    # saved weights, where a run has them, give the same probes as re-created ones, without re-training
-    torch.save({v: states[v] for v in (0, 3, 4)}, tmp_path / "weights.pt")
-    job = {"prompts": 4, "responses": 1, "probe_seed": 0, "sample_prefixes": 5, "steps": [0, 4]}
-    run = {"spec": str(tmp_path / "stale.json"), "steps": str(run_dir / "steps.parquet")}
-    rows, _, _ = P.probe_run(job, run)
-    saved, _, _ = P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
+    assert P.versions(PROBE, 1) == {0, 1, 2, 3, 4} and P.versions(PROBE, 0) == {0, 2, 4}
+    row = {"name": "stale", "staleness": 1}
+    _, straight_dir, kept = tiny_run(tmp_path, student, teacher, "stale", row, job=trainer.train_run, keep={0, 3, 4})
+    assert sorted(kept) == [0, 3, 4]
+    assert all(torch.equal(kept[0][k], v) for k, v in student.state_dict().items())
+    assert not all(torch.equal(kept[4][k], v) for k, v in student.state_dict().items())
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_step_3(step, steps, out):  # after the checkpoint of step 2
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        tiny_run(tmp_path, student, teacher, "resumed", row, job=trainer.train_run, keep={0, 3, 4},
+                 progress=kill_at_step_3)
+    assert (tmp_path / "resumed" / "checkpoint.pt").exists()
+    _, resumed_dir, again = tiny_run(tmp_path, student, teacher, "resumed", row, job=trainer.train_run, keep={0, 3, 4})
+    assert sorted(again) == [0, 3, 4]
+    assert all(torch.equal(again[v][k], t) for v in kept for k, t in kept[v].items())
+    # keeping weights changes nothing in training
+    _, plain_dir, _ = tiny_run(tmp_path, student, teacher, "plain", row, job=trainer.train_run)
+    a, b = (store.read_table(d / "steps.parquet") for d in (straight_dir, plain_dir))
+    assert a["d_n"].tolist() == b["d_n"].tolist() and a["loss"].tolist() == b["loss"].tolist()
+
+
+def test_a_probed_runs_job_writes_its_probes_and_an_unprobed_one_none(tmp_path, models):
+    student, teacher = models
+    _, plain, _ = tiny_run(tmp_path, student, teacher, "plain", {"name": "plain", "noise_sigma": 0.1})
+    assert not (plain / "probes.parquet").exists()
+    spec, run_dir, _ = tiny_run(tmp_path, student, teacher, "probed", {"name": "probed", "noise_sigma": 0.1},
+                                probe=PROBE)
+    t = store.read_table(run_dir / "probes.parquet")
+    assert sorted(map(tuple, t[["probe_seed", "step"]].values.tolist())) == [(0, 0), (0, 2), (0, 4), (1, 0), (1, 4)]
+    assert (t["probe_cpu_s"] > 0).all() and t["probe_cpu_s"].nunique() == 1
+    assert len(store.read_table(P.prefix_path(run_dir / "probes.parquet"))) == 3 * 5  # probe seed: 3 steps x 5
+    # the same run without probes trains the very same steps
+    same = [store.read_table(d / "steps.parquet")[["d_n", "loss"]] for d in (plain, run_dir)]
+    assert same[0].equals(same[1])
+    # the probes read exactly the run's kept weights: probing them again gives the same numbers
+    kept = trainer.train_run(spec, tmp_path / "again", keep=P.versions(PROBE, 0))
+    rows, _ = P.probe_states(PROBE, spec, kept)
     keys = ["T_logit", "S_logit", "U_param", "err_fixed_param", "rl_bias_mean"]
-    assert [[r[k] for k in keys] for r in saved] == [[r[k] for k in keys] for r in rows]
-    moved = {k: v + 0.05 * torch.randn_like(v) for k, v in states[4].items()}  # other weights: other probes
-    torch.save({0: states[0], 3: states[3], 4: moved}, tmp_path / "weights.pt")
-    other, _, _ = P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
-    assert other[1]["U_param"] != rows[1]["U_param"] and other[0]["U_param"] == rows[0]["U_param"]
-    torch.save({v: states[v] for v in (0, 4)}, tmp_path / "weights.pt")  # the engine's version 3 missing
-    with pytest.raises(ValueError, match="lacks policy versions"):
-        P.probe_run(job, {**run, "weights": str(tmp_path / "weights.pt")})
+    assert [[r[k] for k in keys] for r in rows] == t[keys].values.tolist()
+    with pytest.raises(ValueError, match=r"need policy versions \[2\]"):
+        P.probe_states(PROBE, spec, {v: kept[v] for v in (0, 4)})
 
 
 def load_script(name):
@@ -219,26 +243,27 @@ class Files(list):
         self.__dict__.update(named)
 
 
-def test_job_probes_runs_and_renders_figure_and_tables(tmp_path, models):
+def test_stage_collects_the_probed_runs_and_renders_figure_and_tables(tmp_path, models):
     student, teacher = models
     runs = []
     for name, row in (("bf16", {"name": "bf16", "baseline": True}), ("noise-1", {"name": "noise-1", "noise_sigma": 0.1}),
                       ("noise-3", {"name": "noise-3", "noise_sigma": 0.3}), ("stale-k2", {"name": "stale-k2", "staleness": 2})):
-        spec, run_dir = tiny_run(tmp_path, student, teacher, name, row)
-        runs.append({"spec": str(tmp_path / f"{name}.json"), "steps": str(run_dir / "steps.parquet")})
-    job = {"runs": runs, "prompts": 6, "responses": 2, "probe_seed": 0, "extra_seeds": [1], "sample_prefixes": 30,
-           "steps": [0, 2, 4], "threads": 2}
+        _, run_dir, _ = tiny_run(tmp_path, student, teacher, name, row,
+                                 probe={**PROBE, "prompts": 6, "responses": 2, "sample_prefixes": 30})
+        runs.append(run_dir / "probes.parquet")
     out = tmp_path / "analysis" / "probes.parquet"
-    P.probes_job(job, out)
+    out.parent.mkdir()
+    load_script("probes").main(Files(probes=[str(r) for r in runs], prefix=[str(P.prefix_path(r)) for r in runs]),
+                               Files(probes=str(out), prefix=str(P.prefix_path(out))), None)
     everything = store.read_table(out)
     # the probe seed at every step, the extra seed at the first and the last
     assert sorted(everything.groupby("probe_seed")["step"].unique().map(sorted).map(tuple)) == [(0, 2, 4), (0, 4)]
     assert (everything["main"] == (everything["probe_seed"] == 0)).all()
     t = everything[everything["main"]]
     assert len(t) == 12 and set(t["step"]) == {0, 2, 4}
+    assert t["config"].unique().tolist() == ["bf16", "noise-1", "noise-3", "stale-k2"]  # in the runs' order
     k2 = t[t["config"] == "stale-k2"].set_index("step")
     assert k2["engine_version"].to_dict() == {0: 0, 2: 0, 4: 2}
-    assert (t["steps_match_first_diverged"] == -1).all()  # re-created with the code that trained them
     assert (t["opd_bias_bound_max_l1"] <= 1).all() and (t["rl_bias_bound_max_l1"] <= 1).all()
     n3 = t[(t["config"] == "noise-3") & (t["step"] == 0)].iloc[0]
     b = t[(t["config"] == "bf16") & (t["step"] == 0)].iloc[0]

@@ -10,7 +10,7 @@ import importlib
 from typing import Callable
 
 JOBS: dict[tuple[str, str], str] = {
-    ("train", "tiny"): "opd.backends.tiny.trainer:train_run",
+    ("train", "tiny"): "opd.backends.tiny.trainer:train_job",
     ("train", "verl"): "opd.backends.verl:train_run",
     ("base", "tiny"): "opd.backends.tiny.offline:base_job",
     ("admission", "tiny"): "opd.backends.tiny.offline:admission_job",
@@ -19,7 +19,6 @@ JOBS: dict[tuple[str, str], str] = {
     ("kv-attribution", "verl"): "opd.backends.verl:kv_attribution_job",
     ("throughput", "tiny"): "opd.backends.tiny.offline:throughput_job",
     ("memory-bound", "tiny"): "opd.backends.tiny.offline:memory_bound_job",
-    ("probes", "tiny"): "opd.backends.tiny.probes:probes_job",
 }
 
 

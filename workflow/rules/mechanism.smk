@@ -2,10 +2,10 @@
 # the primary student's first-seed runs of the baseline, the noise rows and the staleness rows, at the runs'
 # evaluation steps; then their figure and tables. The probes are exact sums over the tiny vocabulary, so
 # the verl backend has no such stage.
-from types import SimpleNamespace
+import re
 
 PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
-              and PRIMARY in r.students_or(PRIMARY)]
+              and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
 PROBE_RUNS = [C.run_id(r.name, PRIMARY, (r.seeds or E["seeds"])[0]) for r in PROBE_ROWS]
 # 128 prompts x 2 responses: ~6,000 prefixes per set, where T / U repeats within ~15% over probe seeds
 # (over probe seeds at step 0, S / U spreads up to 2.5x at sigma 0.15: two extra seeds at the first and last step show it)
@@ -14,33 +14,43 @@ PROBES = {"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2]
 MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
              + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs")
                 for ext in ("md", "tex", "html")]
-             if BACKEND == "tiny" else [])
+             if PROBE_RUNS else [])
 
 
-def probe_inputs(w):
-    """The probed runs' job specs (the job re-trains each run from its spec) and their steps.parquet (to
-    compare the re-created run with the recorded one). A changed probed run reruns the probes. In a fresh
-    clone git writes runs/ after analysis/, so the probes rerun there once (about 100 s on 2 cores), as the
-    analysis does; marking the runs `ancient` avoided that but also hid a retrained run from this rule."""
-    runs = [{"spec": train_inputs(SimpleNamespace(run_id=rid))["spec"], "steps": f"{OUT}/runs/{rid}/steps.parquet"}
-            for rid in PROBE_RUNS]
-    spec = job_spec(student=PRIMARY, runs=runs, **PROBES)
-    return {**base_inputs(PRIMARY), "spec": spec_file("probes", PRIMARY, spec),
-            "train_specs": [r["spec"] for r in runs], "steps": [r["steps"] for r in runs]}
+PROBE_FILES = {"probes": f"{OUT}/runs/{{run_id}}/probes.parquet", "prefix": f"{OUT}/runs/{{run_id}}/probes_prefix.parquet"}
+
+
+if PROBE_RUNS:
+
+    # A probed run trains as every run does (the same job and spec, plus PROBES) and then probes the policy
+    # versions it kept, in the same job: its weights are never re-created and never stored.
+    rule train_probed:
+        input:
+            unpack(train_inputs),
+        output:
+            **rules.train.output,
+            **PROBE_FILES,
+        wildcard_constraints:
+            run_id="|".join(re.escape(r) for r in PROBE_RUNS),
+        resources:
+            slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
+        priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
+        shell:
+            TRAIN_CMD
+
+    ruleorder: train_probed > train
 
 
 rule probes:
     input:
-        unpack(probe_inputs),
+        **{name: expand(path, run_id=PROBE_RUNS) for name, path in PROBE_FILES.items()},
     output:
         probes=f"{ANALYSIS}/probes.parquet",
         prefix=f"{ANALYSIS}/probes_prefix.parquet",
     log:
         f"logs/{EXP}/probes.log",
-    threads: workflow.cores
-    shell:
-        "python -m opd.cli probes --spec {input.spec} --out {output.probes} --threads {threads}"
-        " --launcher {LAUNCH} > {log} 2>&1"
+    script:
+        "../scripts/probes.py"
 
 
 MECHANISM_PARAMS = {"experiment": EXP, "baseline": BASELINE, "primary": PRIMARY}

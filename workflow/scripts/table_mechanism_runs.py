@@ -1,6 +1,6 @@
 """The gradient probes per probed run and step (opd/backends/tiny/probes.py): mismatch, T and S against the
 ideal update in logit and parameter space, the error/update ratio on fixed prefixes, OPD's and
-REINFORCE's mean bias, and whether the re-created run repeats the recorded one."""
+and REINFORCE's mean bias."""
 from opd import report, scripts, store
 
 
@@ -15,20 +15,16 @@ def main(inp, out, params):
         "err/upd fixed": t["err_fixed_logit"] / t["upd_fixed_logit"],
         "err/upd fixed param": t["err_fixed_param"] / t["upd_fixed_param"],
         "OPD bias": t["opd_bias_mean"], "REINFORCE bias": t["rl_bias_mean"],
-        "re-created run departs at step": t["steps_match_first_diverged"].map(lambda v: "never" if v < 0 else f"{v:.0f}"),
     })
     cols = ["config", "σ", "k", "step", "engine v.", "d (nats/tok)", "KL(p‖p_T)", "T/U", "S/U", "S/T", "T/U param",
-            "S/U param", "err/upd fixed", "err/upd fixed param", "OPD bias", "REINFORCE bias",
-            "re-created run departs at step"]
+            "S/U param", "err/upd fixed", "err/upd fixed param", "OPD bias", "REINFORCE bias"]
     report.save_table(d[cols], out.md, out.tex, inp, digits=3,
                       caption="Gradient probes per run and step (primary student, first seed)",
                       notes="d: the d_n formula on the engine's prefixes; KL(p‖p_T): the student's exact per-token KL to "
                       "the teacher on its own prefixes; T, S, U: per-token error, prefix shift and ideal update (norms "
                       "of prefix means, logit space unless marked param); err/upd fixed: the same error and update on "
-                      "the step-0 student's own prefixes; bias: mean per-prefix ‖g_bias‖₂. Weights at later steps are "
-                      "re-created by re-running the run from its spec; 'departs at step' is the first step whose d_n "
-                      "differs (by more than 1e-6) from the recorded run's ('never': the same run; a recorded run "
-                      "trained by other code departs because float order alone moves a sampled token).")
+                      "the step-0 student's own prefixes; bias: mean per-prefix ‖g_bias‖₂. Every step's weights are the "
+                      "run's own, kept by its training job for the probes.")
 
 
 if "snakemake" in globals():

@@ -54,29 +54,24 @@ Choices where the paper is ambiguous (each made in one place):
     prefixes make T and S estimates, so the first and last steps are probed again with other probe seeds
     (other prompts and draws) to show their spread.
 
-End-of-training weights. A run may name a file of saved weights ({policy version: state dict}, job spec
-"weights"); the toy's runs keep none (checkpoint.pt is deleted when a run completes), so `recreate` re-runs a
-run from its own spec (held-out evaluation off: it draws from its own
-generators and changes nothing in training) and keeps the weights of the probed steps and, for
-staleness k, the engine's weights k steps earlier. Every draw of a run is seeded, so this is the run
-itself as the present code trains it; `steps_match_*` in the output compares the re-created run's d_n and
-loss, step by step, with the run's steps.parquet (they differ when the run was trained by other code:
-float order alone moves a sampled token after some steps).
+The weights probed. The probes run inside a probed run's own training job (`train_job`, for runs whose
+spec has "probes"): the trainer keeps the policy versions the probed steps need (each probed step and, for
+staleness k, the engine's version k steps earlier; kept in the checkpoint, so a resumed run probes the same
+weights) and, once the run has trained, the probes read them and write the run's probes.parquet and
+probes_prefix.parquet. Probing after training leaves every training draw and number as an unprobed run's.
+The mechanism stage concatenates the probed runs' files (`collect`).
 """
 from __future__ import annotations
 
-import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from opd import progress, store
+from opd import store
 from opd.rows import Row
 
 from . import model as M
@@ -291,123 +286,60 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
     return out, prefixes
 
 
-# ---------------------------------------------------------------- re-creating a run's weights
+# ---------------------------------------------------------------- a probed run
 
-def recreate(spec: dict, versions: set[int]) -> tuple[dict[int, dict], pd.DataFrame]:
-    """Re-run a training run from its spec (held-out evaluation off) and return the weights of the
-    requested policy versions (the trainer reports each version it makes), with the re-created run's
-    steps table."""
-    run = {**spec, "settings": {**spec["settings"], "eval_every": 0}}
-    captured: dict[int, dict] = {}
+def versions(probe: dict, staleness: int) -> set[int]:
+    """The policy versions a run's probes read: every probed step's, and the engine's k steps earlier."""
+    return {v for s in probe["steps"] for v in (s, max(0, s - staleness))}
 
-    def keep(version: int, state: dict) -> None:
-        if version in versions:
-            captured[version] = state
-
-    with tempfile.TemporaryDirectory() as d:
-        trainer.train_run(run, Path(d), on_version=keep)
-        steps = store.read_table(Path(d) / "steps.parquet", store.STEPS)
-    missing = set(versions) - set(captured)
-    if missing:
-        raise RuntimeError(f"{spec['run_id']}: the re-created run did not produce versions {sorted(missing)}")
-    return captured, steps
-
-
-def compare_steps(new: pd.DataFrame, old: pd.DataFrame) -> dict:
-    """How closely the re-created run repeats the recorded one, step by step."""
-    m = new.merge(old, on="step", suffixes=("", "_run"))
-    dd = (m["d_n"] - m["d_n_run"]).abs()
-    dl = (m["loss"] - m["loss_run"]).abs()
-    diverged = dd > 1e-6
-    return {"steps_match_max_abs_d_n": float(dd.max()), "steps_match_max_abs_loss": float(dl.max()),
-            "steps_match_first_diverged": int(m["step"][diverged].min()) if bool(diverged.any()) else -1}
-
-
-# ---------------------------------------------------------------- the job
 
 def fixed_prefixes(student: M.Decoder, prompts: torch.Tensor, probe_seed: int) -> Rollout:
     return sample(trainer_engine(student.cfg, student.state_dict()), prompts, probe_seed)
 
 
-def probe_run(job: dict, run: dict) -> tuple[list[dict], list[pd.DataFrame], float]:
-    """All probed steps of one run (re-created); returns result rows, prefix samples, (seconds, CPU seconds)."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    trainer.set_threads({"threads": 1})
-    spec = store.read_json(run["spec"])
+def probe_states(probe: dict, spec: dict, states: dict[int, dict]) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Every probed step of one run from its policy versions `states` ({version: state dict}, at least
+    `versions(probe, k)`): the probe seed at every step of probe["steps"], each of probe["extra_seeds"] (other
+    prompts and draws: the probes' own sampling spread) at the first and the last step only. Returns result
+    rows and the probe seed's prefix samples."""
     row = Row.of(spec["row"])
     k = row.staleness
-    steps = sorted(job["steps"])
-    engine_version = {s: max(0, s - k) for s in steps}
-    need = set(steps) | set(engine_version.values())
-    if steps == [0]:
-        states, cmp = {0: M.load(spec["student_path"]).state_dict()}, {}
-    elif run.get("weights"):  # the run saved them: {policy version: state dict}
-        saved = torch.load(run["weights"], map_location="cpu", weights_only=True)
-        missing = need - set(saved)
-        if missing:
-            raise ValueError(f"{run['weights']} lacks policy versions {sorted(missing)}")
-        states, cmp = {v: saved[v] for v in need}, {"steps_match_first_diverged": -1}
-    else:
-        states, new_steps = recreate(spec, need)
-        cmp = compare_steps(new_steps, store.read_table(run["steps"], store.STEPS))
-    t_recreate, c_recreate = time.perf_counter() - t0, time.process_time() - c0
+    steps = sorted(probe["steps"])
+    missing = versions(probe, k) - set(states)
+    if missing:
+        raise ValueError(f"{spec['run_id']}: the probes need policy versions {sorted(missing)}, which the run did not keep")
     student0 = M.load(spec["student_path"])
     teacher = M.load(spec["teacher_path"]).eval()
     train, _ = make_task(spec["settings"].get("task_seed", 0))
     rows, samples = [], []
     ids = {"config": row.name, "student": spec["student"], "seed": spec["seed"], "noise_sigma": row.noise_sigma,
            "staleness": k}
-    # the probe seed at every step; the extra seeds (other prompts and draws: the probes' own sampling
-    # spread) at the first and the last step only
-    for ps in [job["probe_seed"], *job.get("extra_seeds", [])]:
-        main = ps == job["probe_seed"]
-        idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), job["prompts"], replace=False),
-                        job["responses"])
-        probe = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=ps, prompts=train.prompts(idx),
-                      idx=idx, sample_prefixes=job.get("sample_prefixes", 200),
+    for ps in [probe["probe_seed"], *probe.get("extra_seeds", [])]:
+        main = ps == probe["probe_seed"]
+        idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), probe["prompts"], replace=False),
+                        probe["responses"])
+        point = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=ps, prompts=train.prompts(idx),
+                      idx=idx, sample_prefixes=probe.get("sample_prefixes", 200),
                       task_seed=spec["settings"].get("task_seed", 0))
-        fixed = fixed_prefixes(student0, probe.prompts, probe.probe_seed)
+        fixed = fixed_prefixes(student0, point.prompts, point.probe_seed)
         for s in (steps if main else sorted({steps[0], steps[-1]})):
-            out, pre = probe_point(probe, states[s], states[engine_version[s]], student0.cfg, teacher, train, fixed)
-            rows.append({**ids, "step": s, "engine_version": engine_version[s], "probe_seed": ps, "main": main, **out,
-                         **cmp, "recreate_s": t_recreate, "recreate_cpu_s": c_recreate})
+            v = max(0, s - k)
+            out, pre = probe_point(point, states[s], states[v], student0.cfg, teacher, train, fixed)
+            rows.append({**ids, "step": s, "engine_version": v, "probe_seed": ps, "main": main, **out})
             if main:
                 samples.append(pre.assign(**ids, step=s))
-    return rows, samples, (time.perf_counter() - t0, time.process_time() - c0)
+    return rows, samples
 
 
-def _probe_run_star(args):
-    return probe_run(*args)
-
-
-def probes_job(spec: dict, out: Path) -> None:
-    """Probe every run in spec["runs"] ({"spec": its training spec file, "steps": its steps.parquet, and
-    optionally "weights": a file of its saved weights, else they are re-created}) at
-    spec["steps"] with spec["probe_seed"], and at the first and last of them with each of
-    spec["extra_seeds"] (column `main`: the probe seed's rows); runs in parallel over spec["threads"]
-    processes (one torch thread each). Writes `out` (one row per run, step and probe seed) and
-    `<out stem>_prefix.parquet` (a seeded sample of per-prefix bias and bound, probe seed only)."""
-    t0 = time.perf_counter()
-    workers = max(1, min(int(spec.get("threads", 1)), len(spec["runs"])))
-    tasks = [(spec, r) for r in spec["runs"]]
-    bar = progress.Progress("probes", len(tasks), "run")
-    results = []
-    if workers == 1:
-        for t in tasks:
-            results.append(probe_run(*t))
-            bar.update(config=results[-1][0][0]["config"] if results[-1][0] else "")
-    else:  # processes, one torch thread each; results in the runs' order, as each is ready
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            for res in pool.map(_probe_run_star, tasks):
-                results.append(res)
-                bar.update(config=res[0][0]["config"] if res[0] else "")
-    rows = [r for res in results for r in res[0]]
-    table = pd.DataFrame(rows).assign(run_s=[res[2][0] for res in results for _ in res[0]],
-                                      run_cpu_s=[res[2][1] for res in results for _ in res[0]],
-                                      job_s=time.perf_counter() - t0)
+def write_run(spec: dict, states: dict[int, dict], out_dir: Path) -> None:
+    """The run's probes (spec["probes"]) into `out_dir`/probes.parquet and probes_prefix.parquet, with the
+    time they took (probe_s wall, probe_cpu_s CPU) on every row."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows, samples = probe_states(spec["probes"], spec, states)
+    table = pd.DataFrame(rows).assign(probe_s=time.perf_counter() - t0, probe_cpu_s=time.process_time() - c0)
+    out = Path(out_dir) / "probes.parquet"
+    store.write_table(pd.concat(samples, ignore_index=True), prefix_path(out))
     store.write_table(table, out)
-    store.write_table(pd.concat([s for res in results for s in res[1]], ignore_index=True), prefix_path(out))
-    progress.done("probes", [out, prefix_path(out)], t0, runs=len(tasks), workers=workers)
 
 
 def prefix_path(out) -> Path:

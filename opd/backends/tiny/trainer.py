@@ -178,11 +178,25 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None:
+def train_job(spec: dict, out_dir: Path, progress=None) -> None:
+    """The tiny backend's training job: one run (`train_run`) and, where its spec asks for them (the
+    mechanism stage's probed runs), the gradient probes on the policy versions the run kept
+    (opd/backends/tiny/probes.py), written beside its other files."""
+    probe = spec.get("probes")
+    if not probe:
+        train_run(spec, out_dir, progress)
+        return
+    from . import probes
+    kept = train_run(spec, out_dir, progress, keep=probes.versions(probe, Row.of(spec["row"]).staleness))
+    probes.write_run(spec, kept, out_dir)
+
+
+def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, dict]:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
-    Writes steps.parquet and heldout.parquet atomically at the end. `on_version(v, state)`, if given, sees
-    every policy version the run makes (0 before the first step of a fresh run, n + 1 after step n).
-    A spec with a `guard` (opd.config.guard_spec) runs the mismatch guard; its state is checkpointed."""
+    Writes steps.parquet and heldout.parquet atomically at the end. Returns the policy versions named in
+    `keep` ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
+    checkpointed, so a resumed run returns them too). A spec with a `guard` (opd.config.guard_spec) runs the mismatch guard; its state
+    is checkpointed."""
     out_dir = Path(out_dir)
     row, seed = Row.of(spec["row"]), spec["seed"]
     s = Settings(**spec["settings"])
@@ -196,6 +210,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
     steps_rows, heldout_rows, start = [], [], 0
     ckpt_path = out_dir / "checkpoint.pt"
     versions: dict[int, dict] = {}
+    kept: dict[int, dict] = {}
     guard = GuardState.of_spec(spec["guard"], k, s.steps) if spec.get("guard") else None
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
@@ -203,17 +218,18 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
         opt.load_state_dict(ck["optimizer"])
         versions.update(ck["versions"])
         steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
+        kept.update(ck.get("kept", {}))
         if guard is not None:
             guard = GuardState.from_state(ck["guard"])
     else:
         versions[0] = clone_state(student)
-        if on_version:
-            on_version(0, versions[0])
+        if 0 in keep:
+            kept[0] = versions[0]
 
     def save_checkpoint(step):
         store.atomic_torch_save({"student": student.state_dict(), "optimizer": opt.state_dict(),
                                  "versions": versions, "steps_rows": steps_rows, "heldout_rows": heldout_rows,
-                                 "step": step, "guard": guard.state() if guard else None}, ckpt_path)
+                                 "step": step, "guard": guard.state() if guard else None, "kept": kept}, ckpt_path)
 
     def evaluate(step):
         if step in s.eval_steps() and not any(r["step"] == step for r in heldout_rows):
@@ -245,8 +261,8 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
                 if guard is not None:  # before version n + 1 exists: the rollout of step n + 1 + k waits on it
                     guard.observe(n, row_out["d_n"])
                 versions[n + 1] = clone_state(student)
-                if on_version:
-                    on_version(n + 1, versions[n + 1])
+                if n + 1 in keep:
+                    kept[n + 1] = versions[n + 1]
                 for old in [v for v in versions if v < n + 1 - k]:
                     del versions[old]
                 cond.notify_all()
@@ -266,6 +282,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, on_version=None) -> None
             cond.notify_all()
     write_outputs(spec, steps_rows, heldout_rows, out_dir)
     ckpt_path.unlink(missing_ok=True)
+    return kept
 
 
 def clone_state(model: torch.nn.Module) -> dict:
