@@ -68,8 +68,11 @@ def planned_rules(jobs) -> set[str]:
     return {r for r, _ in jobs}
 
 
+TRAIN_RULES = {"train", "train_probed"}  # train_probed: the mechanism stage's probed runs (mechanism.smk)
+
+
 def planned_runs(jobs) -> set[str]:
-    return {w.split("=", 1)[1] for r, w in jobs if r in ("train", "train_probed")}  # the probed runs: mechanism.smk
+    return {w.split("=", 1)[1] for r, w in jobs if r in TRAIN_RULES}
 
 
 def edit_config(cwd: Path, fn) -> None:

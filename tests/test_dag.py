@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from conftest import edit_config, make_clone, planned, planned_rules, planned_runs, snakemake
+from conftest import TRAIN_RULES, edit_config, make_clone, planned, planned_rules, planned_runs, snakemake
 
-TRAINING = {"train", "train_probed", "base_models"}
+TRAINING = TRAIN_RULES | {"base_models"}
 
 
 def test_fresh_clone_with_results_schedules_no_training(clone):
