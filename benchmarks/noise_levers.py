@@ -25,6 +25,9 @@ LEVERS = {
     "cosine + 4 eval responses": {"lr_schedule": "cosine", "eval_responses": 4},
     "cosine + 16 prompts/step": {"lr_schedule": "cosine", "prompts_per_step": 16},
     "cosine + 32 prompts/step": {"lr_schedule": "cosine", "prompts_per_step": 32},
+    # today's toy settings (cosine, 16 prompts/step) with fewer steps: what a cheaper run would cost the instrument
+    "cosine + 16 prompts, 60 steps": {"lr_schedule": "cosine", "prompts_per_step": 16, "steps": 60},
+    "cosine + 16 prompts, 50 steps": {"lr_schedule": "cosine", "prompts_per_step": 16, "steps": 50},
 }
 
 

@@ -202,14 +202,17 @@ def is_complete(run_dir) -> bool:
 
 # ---------------------------------------------------------------- the self-checking cache of runs
 
-RUN_FILES = ("steps.parquet", "heldout.parquet")  # what a complete run.json records (`files`)
+RUN_FILES = ("steps.parquet", "heldout.parquet")  # every complete run's files
+# a probed run's files besides (the mechanism's gradient probes, written by its own training job)
+PROBE_FILES = {"probes": "probes.parquet", "prefix": "probes_prefix.parquet"}
+ALL_RUN_FILES = (*RUN_FILES, *PROBE_FILES.values())  # what a complete run.json records (`files`), where present
 
 
 def file_records(run_dir) -> dict:
-    """{name: {size, sha256}} of a run's files (those of RUN_FILES it has), as run.json records them."""
+    """{name: {size, sha256}} of a run's files (those of ALL_RUN_FILES it has), as run.json records them."""
     run_dir = Path(run_dir)
     return {n: {"size": (run_dir / n).stat().st_size, "sha256": sha256_file(run_dir / n)}
-            for n in RUN_FILES if (run_dir / n).exists()}
+            for n in ALL_RUN_FILES if (run_dir / n).exists()}
 
 
 def record_files(run_dir) -> None:
@@ -299,13 +302,13 @@ def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | No
 
 
 def quarantine(run_dir, dest_root) -> Path:
-    """Move a run's run.json and RUN_FILES (the train rule's outputs) to dest_root/<run_id>/<UTC time>/;
-    anything else in the folder (a checkpoint, Slurm logs) stays."""
+    """Move a run's run.json and its files (ALL_RUN_FILES: the train rules' outputs) to
+    dest_root/<run_id>/<UTC time>/; anything else in the folder (a checkpoint, Slurm logs) stays."""
     run_dir = Path(run_dir)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     dest = Path(dest_root) / run_dir.name / stamp
     dest.mkdir(parents=True, exist_ok=False)
-    for name in ("run.json", *RUN_FILES):
+    for name in ("run.json", *ALL_RUN_FILES):
         if (run_dir / name).exists():
             os.replace(run_dir / name, dest / name)
     return dest
@@ -327,7 +330,7 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None) -> dic
     for run_id in run_ids:
         problems = check_run(out_dir / "runs" / run_id, verified, hash_all)
         if problems:
-            for name in ("run.json", *RUN_FILES):
+            for name in ("run.json", *ALL_RUN_FILES):
                 verified.pop(str(out_dir / "runs" / run_id / name), None)
             dest = quarantine(out_dir / "runs" / run_id, out_dir / "_quarantine")
             damaged[run_id] = (problems, dest)

@@ -35,16 +35,17 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     }
     store.write_json(meta, meta_path)
     t = time.perf_counter()
-    train_run = backends.job("train", spec["backend"])
-    if spec["backend"] == "tiny":
-        train_run(spec, run_dir, progress=progress.steps_callback(spec["run_id"]))
+    job = backends.job("train", spec["backend"])
+    if spec["backend"] == "tiny":  # what the job measured besides the training (probe_s: a probed run's probes)
+        extra = job(spec, run_dir, progress=progress.steps_callback(spec["run_id"])) or {}
     else:
-        train_run(spec, run_dir)
+        extra = job(spec, run_dir) or {}
     # hardware again at the end: as the job ran (the backend sets its thread count)
     # the size and sha256 of every file: the cache check (store.heal_runs) compares them before each DAG
+    # wall_s: the training's wall time, over every attempt (a probed run's probes are probe_s, apart)
     meta.update(status="complete", end=_now(), hardware=provenance.hardware(),
-                wall_s=round(time.perf_counter() - t, 3) + previous.get("wall_s", 0),
-                files=store.file_records(run_dir))
+                wall_s=round(time.perf_counter() - t - extra.get("probe_s", 0), 3) + previous.get("wall_s", 0),
+                files=store.file_records(run_dir), **extra)
     store.write_json(meta, meta_path)
     print(summary(spec["run_id"], run_dir, meta["wall_s"]), file=sys.stderr, flush=True)
     return meta

@@ -55,15 +55,22 @@ def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
     b = bytearray(p.read_bytes())
     b[len(b) // 2: len(b) // 2 + 8] = bytes(8)
     p.write_bytes(bytes(b))
+    probes = runs / "bf16.qwen-s.s0" / "probes_prefix.parquet"  # a probed run's probe file, the same way
+    assert "probes_prefix.parquet" in store.read_json(runs / "bf16.qwen-s.s0" / "run.json")["files"]
+    pb = bytearray(probes.read_bytes())
+    pb[len(pb) // 2: len(pb) // 2 + 8] = bytes(8)
+    probes.write_bytes(bytes(pb))
 
     r = snakemake(clone, "-c", "2", "analysis")
     out = r.stdout + r.stderr
-    assert {w for rule, w in jobs_in(r) if rule in TRAIN_RULES} == {"run_id=bf16.qwen-s.s1", "run_id=noise-15.qwen-s.s0"}
-    assert {rule for rule, _ in jobs_in(r)} == TRAIN_RULES | {"analysis"}  # noise-15.qwen-s.s0 is a probed run
-    assert "run bf16.qwen-s.s1 is damaged" in out and "run noise-15.qwen-s.s0 is damaged" in out
+    damaged = ["bf16.qwen-s.s0", "bf16.qwen-s.s1", "noise-15.qwen-s.s0"]
+    assert {w for rule, w in jobs_in(r) if rule in TRAIN_RULES} == {f"run_id={d}" for d in damaged}
+    assert {rule for rule, _ in jobs_in(r)} == TRAIN_RULES | {"analysis"}  # the s0 runs are probed runs
+    assert all(f"run {d} is damaged" in out for d in damaged)
     quarantined = clone / "results" / "toy" / "_quarantine"
-    assert sorted(p.name for p in quarantined.iterdir()) == ["bf16.qwen-s.s1", "log.json", "noise-15.qwen-s.s0"]
-    assert [e["run_id"] for e in store.read_json(quarantined / "log.json")] == ["bf16.qwen-s.s1", "noise-15.qwen-s.s0"]
+    assert sorted(p.name for p in quarantined.iterdir()) == sorted(damaged + ["log.json"])
+    assert sorted(e["run_id"] for e in store.read_json(quarantined / "log.json")) == damaged
+    assert (next((quarantined / "bf16.qwen-s.s0").iterdir()) / "probes_prefix.parquet").read_bytes() == bytes(pb)
     assert (next((quarantined / "noise-15.qwen-s.s0").iterdir()) / "heldout.parquet").read_bytes() == bytes(b)
     after = analysis_content(clone)
     assert after.keys() == before.keys()

@@ -202,6 +202,13 @@ def test_a_run_keeps_the_weights_its_probes_read_also_across_a_resume(tmp_path, 
     _, resumed_dir, again = tiny_run(tmp_path, student, teacher, "resumed", row, job=trainer.train_run, keep={0, 3, 4})
     assert sorted(again) == [0, 3, 4]
     assert all(torch.equal(again[v][k], t) for v in kept for k, t in kept[v].items())
+    # a checkpoint that kept nothing (another job's, or older code's) cannot give version 0 back: it says so
+    with pytest.raises(Killed):
+        tiny_run(tmp_path, student, teacher, "other", row, job=trainer.train_run, progress=kill_at_step_3, keep={4})
+    with pytest.raises(ValueError, match=r"lacks the kept policy versions \[0\]"):
+        tiny_run(tmp_path, student, teacher, "other", row, job=trainer.train_run, keep={0, 4})
+    with pytest.raises(ValueError, match="a guarded run cannot be probed"):
+        trainer.train_job({"run_id": "g.m.s0", "probes": PROBE, "guard": {"d_max": 0.1}}, tmp_path / "g")
     # keeping weights changes nothing in training
     _, plain_dir, _ = tiny_run(tmp_path, student, teacher, "plain", row, job=trainer.train_run)
     a, b = (store.read_table(d / "steps.parquet") for d in (straight_dir, plain_dir))
@@ -217,7 +224,8 @@ def test_a_probed_runs_job_writes_its_probes_and_an_unprobed_one_none(tmp_path, 
     t = store.read_table(run_dir / "probes.parquet")
     assert sorted(map(tuple, t[["probe_seed", "step"]].values.tolist())) == [(0, 0), (0, 2), (0, 4), (1, 0), (1, 4)]
     assert (t["probe_cpu_s"] > 0).all() and t["probe_cpu_s"].nunique() == 1
-    assert len(store.read_table(P.prefix_path(run_dir / "probes.parquet"))) == 3 * 5  # probe seed: 3 steps x 5
+    assert len(store.read_table(run_dir / store.PROBE_FILES["prefix"])) == 3 * 5  # probe seed: 3 steps x 5
+    assert not (run_dir / "checkpoint.pt").exists()  # kept until the probes were written, then deleted
     # the same run without probes trains the very same steps
     same = [store.read_table(d / "steps.parquet")[["d_n", "loss"]] for d in (plain, run_dir)]
     assert same[0].equals(same[1])
@@ -250,11 +258,11 @@ def test_stage_collects_the_probed_runs_and_renders_figure_and_tables(tmp_path, 
                       ("noise-3", {"name": "noise-3", "noise_sigma": 0.3}), ("stale-k2", {"name": "stale-k2", "staleness": 2})):
         _, run_dir, _ = tiny_run(tmp_path, student, teacher, name, row,
                                  probe={**PROBE, "prompts": 6, "responses": 2, "sample_prefixes": 30})
-        runs.append(run_dir / "probes.parquet")
-    out = tmp_path / "analysis" / "probes.parquet"
+        runs.append(run_dir)
+    out, out_prefix = tmp_path / "analysis" / "probes.parquet", tmp_path / "analysis" / "probes_prefix.parquet"
     out.parent.mkdir()
-    load_script("probes").main(Files(probes=[str(r) for r in runs], prefix=[str(P.prefix_path(r)) for r in runs]),
-                               Files(probes=str(out), prefix=str(P.prefix_path(out))), None)
+    load_script("probes").main(Files(**{k: [str(r / f) for r in runs] for k, f in store.PROBE_FILES.items()}),
+                               Files(probes=str(out), prefix=str(out_prefix)), None)
     everything = store.read_table(out)
     # the probe seed at every step, the extra seed at the first and the last
     assert sorted(everything.groupby("probe_seed")["step"].unique().map(sorted).map(tuple)) == [(0, 2, 4), (0, 4)]
@@ -268,11 +276,11 @@ def test_stage_collects_the_probed_runs_and_renders_figure_and_tables(tmp_path, 
     n3 = t[(t["config"] == "noise-3") & (t["step"] == 0)].iloc[0]
     b = t[(t["config"] == "bf16") & (t["step"] == 0)].iloc[0]
     assert n3["T_logit"] > b["T_logit"] and n3["d"] > b["d"]
-    pre = store.read_table(P.prefix_path(out))
+    pre = store.read_table(out_prefix)
     assert len(pre) == 12 * 30
     params = SimpleNamespace(experiment="t", baseline="bf16", primary="m")
     fig = Files(pdf=str(tmp_path / "mechanism.pdf"), png=str(tmp_path / "mechanism.png"))
-    load_script("figure_mechanism").main(Files([str(out), str(P.prefix_path(out))]), fig, params)
+    load_script("figure_mechanism").main(Files([str(out), str(out_prefix)]), fig, params)
     assert Path(fig.pdf).read_bytes()[:4] == b"%PDF" and Path(fig.png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in ("mechanism", "mechanism_runs"):
         tab = Files(md=str(tmp_path / f"{name}.md"), tex=str(tmp_path / f"{name}.tex"))

@@ -278,24 +278,26 @@ def test_run_killed_while_the_guard_is_active_resumes_in_the_same_state(base, tm
     pd.testing.assert_frame_equal(resumed.drop(columns=TIMING), straight.drop(columns=TIMING))
 
 
-def test_trainer_adamw_is_torch_adamw_step_by_step(base):
+def test_trainer_adamw_is_torch_adamw_step_by_step(base, tmp_path):
     """The trainer's AdamW (torch's functional adam, without the optimizer class) gives torch.optim.AdamW's
-    numbers exactly, with a learning rate changed every step, a parameter left without a gradient, and across
-    a checkpoint (state_dict / load_state_dict)."""
+    numbers exactly, with a learning rate changed every step, a parameter left without a gradient, across
+    a checkpoint written and read as train_run does, and from a torch.optim.AdamW checkpoint."""
     from opd.backends.tiny.trainer import AdamW
     torch.manual_seed(0)
     ours, theirs = M.load(base / "student.pt"), M.load(base / "student.pt")
     opt_t = torch.optim.AdamW(theirs.parameters(), lr=1e-3, weight_decay=0.0)
     opt_o = AdamW(ours.parameters(), lr=1e-3, weight_decay=0.0)
-    for step in range(6):
+    for step in range(8):
         x = torch.randint(0, ours.cfg.vocab_size, (4, 9))
-        if step == 3:  # a checkpoint round trip, as a resumed run does it
-            state = opt_o.state_dict()
+        if step in (3, 5):  # a checkpoint round trip through a file, as a resumed run makes it
+            store.atomic_torch_save({"optimizer": opt_o.state_dict()}, tmp_path / "ck.pt")
             opt_o = AdamW(ours.parameters(), lr=0.0, weight_decay=0.0)
+            source = opt_t if step == 5 else opt_o  # at step 5: torch.optim.AdamW's own state
+            state = torch.load(tmp_path / "ck.pt", weights_only=False)["optimizer"] if step == 3 else source.state_dict()
             opt_o.load_state_dict(state)
         for model, opt in ((theirs, opt_t), (ours, opt_o)):
             opt.param_groups[0]["lr"] = 1e-3 * (1 + step) / 6
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             model(x).float().log_softmax(-1)[..., :5].mean().backward()
             if step < 2:  # no gradient for the output norm's weight in the first steps: no state for it yet
                 model.model.norm.weight.grad = None

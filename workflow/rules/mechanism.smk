@@ -17,26 +17,20 @@ MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
              if PROBE_RUNS else [])
 
 
-PROBE_FILES = {"probes": f"{OUT}/runs/{{run_id}}/probes.parquet", "prefix": f"{OUT}/runs/{{run_id}}/probes_prefix.parquet"}
+# a probed run's files besides its training's (opd.store.PROBE_FILES: what its run.json records and checks)
+PROBE_FILES = {name: f"{OUT}/runs/{{run_id}}/{f}" for name, f in store.PROBE_FILES.items()}
 
 
 if PROBE_RUNS:
 
-    # A probed run trains as every run does (the same job and spec, plus PROBES) and then probes the policy
-    # versions it kept, in the same job: its weights are never re-created and never stored.
-    rule train_probed:
-        input:
-            unpack(train_inputs),
+    # A probed run trains as every run does (the train rule: the same job; its spec adds PROBES) and then
+    # probes the policy versions it kept, in the same job: its weights are never re-created and never stored.
+    use rule train as train_probed with:
         output:
             **rules.train.output,
             **PROBE_FILES,
         wildcard_constraints:
             run_id="|".join(re.escape(r) for r in PROBE_RUNS),
-        resources:
-            slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
-        priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
-        shell:
-            TRAIN_CMD
 
     ruleorder: train_probed > train
 

@@ -12,9 +12,6 @@ def train_inputs(w):
     return {**base, "spec": spec_file("train", r.run_id, spec)}
 
 
-TRAIN_CMD = "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"
-
-
 rule train:
     input:
         unpack(train_inputs),
@@ -27,4 +24,4 @@ rule train:
     # the largest students' runs start first: the short ones fill the cores at the end, not a long one alone
     priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
     shell:
-        TRAIN_CMD
+        "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"

@@ -79,8 +79,8 @@ MECH_STALE = ("- **Mechanism: staleness** (k = {k}, error/update on fixed prefix
 MECH_COST = ("- **Mechanism: cost** (probes.parquet's timing columns): probing the {n_runs} runs took {cpu:.0f} CPU s "
              "({per_run:.0f} s per run, {per_point:.1f} s per run, step and probe seed), inside each probed run's own "
              "training job, which keeps the weights the probes read (no run is re-trained and no weights are stored). "
-             "Spread over {cores} cores that is about {cpu_cores:.0f} s of a from-scratch regeneration (its goal, "
-             "60 s, and a re-measurement: benchmarks/probes.py).")
+             "Spread over {cores} cores that is about {cpu_cores:.0f} s of a from-scratch regeneration (its goal "
+             "and a re-measurement: benchmarks/probes.py).")
 MECH_CORES = 2  # the cores of the README's reference machine (its set-up: 2 cores)
 MECH_SPACES = {"logit": "logit space", "param": "parameter space"}
 

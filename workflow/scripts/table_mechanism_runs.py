@@ -1,6 +1,6 @@
 """The gradient probes per probed run and step (opd/backends/tiny/probes.py): mismatch, T and S against the
-ideal update in logit and parameter space, the error/update ratio on fixed prefixes, OPD's and
-and REINFORCE's mean bias."""
+ideal update in logit and parameter space, the error/update ratio on fixed prefixes, and OPD's and
+REINFORCE's mean bias."""
 from opd import report, scripts, store
 
 

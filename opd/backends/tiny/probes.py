@@ -48,7 +48,7 @@ Choices where the paper is ambiguous (each made in one place):
   - the norm is Euclidean (over the V logits, or over all parameters): `_norm`;
   - q on a prefix is computed as the engine decodes (prompt into its KV cache, then one token at a time),
     fed the prefix's tokens: on its own rollouts exactly the numbers it sampled from: `engine_logq`;
-  - fixed prefixes are the trainer's own prefixes at step 0: `probe_run`;
+  - fixed prefixes are the trainer's own prefixes at step 0: `fixed_prefixes`, in `probe_states`;
   - REINFORCE is probed on the OPD runs' weights and engines (same student, same q; R = the task reward);
   - the probed steps are the runs' evaluation steps (0, 25, ..., the last), set by the rule; the sampled
     prefixes make T and S estimates, so the first and last steps are probed again with other probe seeds
@@ -59,7 +59,7 @@ spec has "probes"): the trainer keeps the policy versions the probed steps need 
 staleness k, the engine's version k steps earlier; kept in the checkpoint, so a resumed run probes the same
 weights) and, once the run has trained, the probes read them and write the run's probes.parquet and
 probes_prefix.parquet. Probing after training leaves every training draw and number as an unprobed run's.
-The mechanism stage concatenates the probed runs' files (`collect`).
+The mechanism stage concatenates the probed runs' files (workflow/scripts/probes.py).
 """
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
 
 def versions(probe: dict, staleness: int) -> set[int]:
     """The policy versions a run's probes read: every probed step's, and the engine's k steps earlier."""
-    return {v for s in probe["steps"] for v in (s, max(0, s - staleness))}
+    return {v for s in probe["steps"] for v in (s, trainer.engine_version(s, staleness))}
 
 
 def fixed_prefixes(student: M.Decoder, prompts: torch.Tensor, probe_seed: int) -> Rollout:
@@ -323,7 +323,7 @@ def probe_states(probe: dict, spec: dict, states: dict[int, dict]) -> tuple[list
                       task_seed=spec["settings"].get("task_seed", 0))
         fixed = fixed_prefixes(student0, point.prompts, point.probe_seed)
         for s in (steps if main else sorted({steps[0], steps[-1]})):
-            v = max(0, s - k)
+            v = trainer.engine_version(s, k)
             out, pre = probe_point(point, states[s], states[v], student0.cfg, teacher, train, fixed)
             rows.append({**ids, "step": s, "engine_version": v, "probe_seed": ps, "main": main, **out})
             if main:
@@ -331,17 +331,13 @@ def probe_states(probe: dict, spec: dict, states: dict[int, dict]) -> tuple[list
     return rows, samples
 
 
-def write_run(spec: dict, states: dict[int, dict], out_dir: Path) -> None:
-    """The run's probes (spec["probes"]) into `out_dir`/probes.parquet and probes_prefix.parquet, with the
-    time they took (probe_s wall, probe_cpu_s CPU) on every row."""
+def write_run(spec: dict, states: dict[int, dict], out_dir: Path) -> float:
+    """The run's probes (spec["probes"]) into its files `out_dir`/store.PROBE_FILES (the table, and the
+    prefix sample), with the time they took (probe_s wall, probe_cpu_s CPU) on every row. Returns probe_s."""
     t0, c0 = time.perf_counter(), time.process_time()
     rows, samples = probe_states(spec["probes"], spec, states)
-    table = pd.DataFrame(rows).assign(probe_s=time.perf_counter() - t0, probe_cpu_s=time.process_time() - c0)
-    out = Path(out_dir) / "probes.parquet"
-    store.write_table(pd.concat(samples, ignore_index=True), prefix_path(out))
-    store.write_table(table, out)
-
-
-def prefix_path(out) -> Path:
-    out = Path(out)
-    return out.with_name(out.stem + "_prefix.parquet")
+    probe_s = time.perf_counter() - t0
+    table = pd.DataFrame(rows).assign(probe_s=probe_s, probe_cpu_s=time.process_time() - c0)
+    store.write_table(pd.concat(samples, ignore_index=True), Path(out_dir) / store.PROBE_FILES["prefix"])
+    store.write_table(table, Path(out_dir) / store.PROBE_FILES["probes"])
+    return probe_s

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.optim.adam import adam
 
 from opd import config as C
 from opd import store
@@ -58,6 +59,11 @@ def set_threads(spec: dict) -> None:
     torch.set_num_threads(int(spec.get("threads", 1)))
 
 
+def engine_version(step: int, staleness: int) -> int:
+    """The policy version the engine samples step `step`'s batch with, k = `staleness` updates stale."""
+    return max(0, step - staleness)
+
+
 def step_generator(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> 1))
 
@@ -75,19 +81,17 @@ class AdamW:
         self.param_groups = [{"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}]
         self.state: dict[int, dict] = {}  # per parameter index, created at its first gradient, as torch's
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:
-        from torch.optim.adam import adam
         have = [i for i, p in enumerate(self.params) if p.grad is not None]
         for i in have:
             if i not in self.state:
-                p = self.params[i]
-                self.state[i] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                zeros = torch.zeros_like(self.params[i], memory_format=torch.preserve_format)
+                self.state[i] = {"step": torch.tensor(0.0), "exp_avg": zeros, "exp_avg_sq": zeros.clone()}
         g = self.param_groups[0]
         adam([self.params[i] for i in have], [self.params[i].grad for i in have],
              [self.state[i]["exp_avg"] for i in have], [self.state[i]["exp_avg_sq"] for i in have], [],
@@ -98,7 +102,9 @@ class AdamW:
         return {"state": self.state, "param_groups": self.param_groups}
 
     def load_state_dict(self, state: dict) -> None:
-        self.state = {int(i): v for i, v in state["state"].items()}
+        """Ours, or torch.optim.AdamW's (the same per-parameter state, keyed by parameter index); copied, as
+        torch's optimizers copy what they load."""
+        self.state = {i: {k: v.clone() for k, v in st.items()} for i, st in state["state"].items()}
         self.param_groups = [dict(g) for g in state["param_groups"]]
 
 
@@ -195,7 +201,7 @@ class RolloutWorker(threading.Thread):
     def run(self):
         try:
             for n in range(self.start_step, self.s.steps):
-                v = max(0, n - self.k)
+                v = engine_version(n, self.k)
                 with self.cond:
                     self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
                     kind = self.guard.engine(n) if self.guard else ROW_ENGINE
@@ -218,25 +224,32 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def train_job(spec: dict, out_dir: Path, progress=None) -> None:
+def train_job(spec: dict, out_dir: Path, progress=None) -> dict:
     """The tiny backend's training job: one run (`train_run`) and, where its spec asks for them (the
     mechanism stage's probed runs), the gradient probes on the policy versions the run kept
-    (opd/backends/tiny/probes.py), written beside its other files."""
+    (opd/backends/tiny/probes.py), written beside its other files. The run's checkpoint stays until the
+    probes are written, so a job killed while probing resumes from it. Returns what run.json records
+    besides the training (probe_s: the probes' wall time)."""
     probe = spec.get("probes")
     if not probe:
         train_run(spec, out_dir, progress)
-        return
+        return {}
+    if spec.get("guard"):  # the probes describe the row's engine; a guarded run also samples with another
+        raise ValueError(f"{spec['run_id']}: a guarded run cannot be probed")
     from . import probes
     kept = train_run(spec, out_dir, progress, keep=probes.versions(probe, Row.of(spec["row"]).staleness))
-    probes.write_run(spec, kept, out_dir)
+    probe_s = probes.write_run(spec, kept, out_dir)
+    (Path(out_dir) / "checkpoint.pt").unlink(missing_ok=True)
+    return {"probe_s": round(probe_s, 3)}
 
 
 def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, dict]:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
-    Writes steps.parquet and heldout.parquet atomically at the end. Returns the policy versions named in
-    `keep` ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
-    checkpointed, so a resumed run returns them too). A spec with a `guard` (opd.config.guard_spec) runs the mismatch guard; its state
-    is checkpointed."""
+    Writes steps.parquet and heldout.parquet atomically at the end, then deletes the checkpoint unless
+    `keep` names versions (the caller still needs it). Returns the policy versions named in `keep`
+    ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
+    checkpointed, so a resumed run returns them too). A spec with a `guard` (opd.config.guard_spec) runs
+    the mismatch guard; its state is checkpointed."""
     out_dir = Path(out_dir)
     row, seed = Row.of(spec["row"]), spec["seed"]
     s = Settings(**spec["settings"])
@@ -259,6 +272,10 @@ def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, di
         versions.update(ck["versions"])
         steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
         kept.update(ck.get("kept", {}))
+        lost = {v for v in keep if v <= start} - set(kept)
+        if lost:  # a checkpoint written for other probe settings (or none): it cannot give those weights back
+            raise ValueError(f"{spec['run_id']}: {ckpt_path} lacks the kept policy versions {sorted(lost)}; "
+                             "delete it to train the run from the start")
         if guard is not None:
             guard = GuardState.from_state(ck["guard"])
     else:
@@ -321,7 +338,8 @@ def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, di
         with cond:
             cond.notify_all()
     write_outputs(spec, steps_rows, heldout_rows, out_dir)
-    ckpt_path.unlink(missing_ok=True)
+    if not keep:
+        ckpt_path.unlink(missing_ok=True)
     return kept
 
 
@@ -346,7 +364,7 @@ def update(student, teacher, opt, roll: Rollout, idx, train: Problems, algorithm
                              s.responses_per_prompt, s)
     n_tok = roll.mask.sum()
     loss = -(adv * weight * lp).sum() / n_tok
-    opt.zero_grad(set_to_none=True)
+    opt.zero_grad()
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(student.parameters(), float("inf"))
     opt.step()
