@@ -47,7 +47,8 @@ GUARD_ITEM = ("{config} ({action}): Δ = {delta:+.0%} [{lo:+.0%}, {hi:+.0%}], {v
               "{u_delta:+.0%} [{u_lo:+.0%}, {u_hi:+.0%}], {u_verdict}; {cheap:.0%} of steps on the cheap engine, "
               "{acts:g} activations per run; {speed}")
 GUARD_SPEED = ("measured inside the runs, the cheap engine's steps ran at {cheap_x:.2f}x the fallback's tokens/s and "
-               "the guarded run at {run_x:.2f}x")
+               "the guarded run at {run_x:.2f}x (on the cores each run had: staleness buys speed only where its "
+               "rollout thread finds a free core, and a regeneration that runs as many jobs as cores leaves none free)")
 RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
 # The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
 # analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers are typed here, labelled as the paper's.
