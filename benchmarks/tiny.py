@@ -43,7 +43,7 @@ def best_of(fn, n=5):
 def matmul_rate(m: int, k: int, n: int, dtype) -> float:
     """FLOP/s of one (m, k) @ (k, n) product on one thread, best of many."""
     a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-    reps = max(1, int(2e7 // (m * k * n)))
+    reps = max(3, int(4e8 // (m * k * n)))  # ~0.8 GFLOP a measurement: a few ms at the fp32 rate, not one call
     s, _ = best_of(lambda: [a @ b for _ in range(reps)], n=7)
     return 2 * m * k * n * reps / s
 

@@ -119,6 +119,11 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+# zstd: the committed analysis tables stay small (analysis/heldout.parquet, every run's held-out problems at every
+# evaluation: 5.4 MB with Parquet's default snappy, 4.2 MB with zstd); any Parquet reader reads both
+COMPRESSION = "zstd"
+
+
 def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None:
     """Write a DataFrame as Parquet atomically; with a schema, select its columns and cast to its types
     (an absent or uncastable column raises SchemaError naming the file)."""
@@ -131,7 +136,7 @@ def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None
         table = pa.Table.from_pandas(df[schema.names], preserve_index=False).cast(schema)
     else:
         table = pa.Table.from_pandas(df, preserve_index=False)
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression=COMPRESSION))
 
 
 def _same_type(have: pa.DataType | None, want: pa.DataType) -> bool:
