@@ -24,11 +24,13 @@ def main():
     ap.add_argument("--runs", type=int, default=None, help="only the first N probed runs (a quick look)")
     args = ap.parse_args()
     os.chdir(ROOT)
+    from opd import config as C
     from opd import store
     from opd.backends.tiny import trainer
 
+    current = {r.run_id for r in C.runs(C.load(), "toy")}  # a removed row's spec file stays behind: skip it
     specs = [s for s in (store.read_json(p) for p in sorted((ROOT / "results/toy/_jobs/train").glob("*.json")))
-             if s.get("probes")]
+             if s.get("probes") and s["run_id"] in current]
     if not specs:
         raise SystemExit("no probed run's job spec under results/toy/_jobs/train/: run `snakemake -n` first")
     specs = specs[:args.runs] if args.runs else specs
