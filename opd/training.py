@@ -36,10 +36,8 @@ def train(spec: dict, run_dir, launcher_info: dict | None = None) -> dict:
     store.write_json(meta, meta_path)
     t = time.perf_counter()
     job = backends.job("train", spec["backend"])
-    if spec["backend"] == "tiny":  # what the job measured besides the training (probe_s: a probed run's probes)
-        extra = job(spec, run_dir, progress=progress.steps_callback(spec["run_id"])) or {}
-    else:
-        extra = job(spec, run_dir) or {}
+    bar = {"progress": progress.steps_callback(spec["run_id"])} if spec["backend"] == "tiny" else {}
+    extra = job(spec, run_dir, **bar) or {}  # what the job measured besides the training (probe_s: its probes)
     # hardware again at the end: as the job ran (the backend sets its thread count)
     # the size and sha256 of every file: the cache check (store.heal_runs) compares them before each DAG
     # wall_s: the training's wall time, over every attempt (a probed run's probes are probe_s, apart)

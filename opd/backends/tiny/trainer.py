@@ -59,6 +59,9 @@ def set_threads(spec: dict) -> None:
     torch.set_num_threads(int(spec.get("threads", 1)))
 
 
+CHECKPOINT = "checkpoint.pt"  # a run's checkpoint, in its folder, until the run (and its probes) are written
+
+
 def engine_version(step: int, staleness: int) -> int:
     """The policy version the engine samples step `step`'s batch with, k = `staleness` updates stale."""
     return max(0, step - staleness)
@@ -239,7 +242,7 @@ def train_job(spec: dict, out_dir: Path, progress=None) -> dict:
     from . import probes
     kept = train_run(spec, out_dir, progress, keep=probes.versions(probe, Row.of(spec["row"]).staleness))
     probe_s = probes.write_run(spec, kept, out_dir)
-    (Path(out_dir) / "checkpoint.pt").unlink(missing_ok=True)
+    (Path(out_dir) / CHECKPOINT).unlink(missing_ok=True)
     return {"probe_s": round(probe_s, 3)}
 
 
@@ -261,7 +264,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, di
     teacher = M.load(spec["teacher_path"]).eval()
     opt = AdamW(student.parameters(), lr=s.lr, weight_decay=0.0)
     steps_rows, heldout_rows, start = [], [], 0
-    ckpt_path = out_dir / "checkpoint.pt"
+    ckpt_path = out_dir / CHECKPOINT
     versions: dict[int, dict] = {}
     kept: dict[int, dict] = {}
     guard = GuardState.of_spec(spec["guard"], k, s.steps) if spec.get("guard") else None
