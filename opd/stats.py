@@ -1,6 +1,10 @@
 """The paper's statistics: paired bootstrap of the quality change, the fail rule, the mismatch budget
-and the admission check. Small pure functions of arrays and DataFrames; vectorised over resamples."""
+and the admission check, and this project's seed-aware interval (seeds and base-model draws). Small pure
+functions of arrays and DataFrames, vectorised over resamples; results are named tuples (unpacking works
+as for plain ones), options keyword-only, and the thresholds (tau, alpha, L) come from the experiment."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -9,28 +13,42 @@ import pandas as pd
 BOOT_CHUNK = 1000  # resamples drawn at a time
 
 
-def problem_resamples(k_cand, k_base, n_boot: int, seed: int) -> np.ndarray:
-    """Resampled Delta (n_boot, C): each resample draws n problems with replacement, the same problems
-    for every candidate column of k_cand (n, C) and for the baseline k_base (n,)."""
-    n = len(k_base)
+class Interval(NamedTuple):
+    """An estimate of Delta with its confidence interval: floats for one comparison, arrays for several."""
+    delta: float
+    ci_lo: float
+    ci_hi: float
+
+
+def resampled_sums(cols, n_boot: int, seed: int) -> np.ndarray:
+    """Column sums of `cols` (n, M) over n_boot resamples of its n rows (problems) drawn with replacement,
+    the same rows for every column: (n_boot, M)."""
+    cols = np.asarray(cols, dtype=float)
+    n = len(cols)
     rng = np.random.default_rng(seed)
-    both = np.column_stack([k_cand, k_base])  # one matrix product gives every candidate's and the baseline's sums
-    sums = np.empty((n_boot, both.shape[1]))
+    sums = np.empty((n_boot, cols.shape[1]))
     offsets = (np.arange(BOOT_CHUNK, dtype=np.int64) * n)[:, None]
     for start in range(0, n_boot, BOOT_CHUNK):  # chunks keep the per-resample counts in cache
         m = min(BOOT_CHUNK, n_boot - start)
         draws = rng.integers(0, n, size=(m, n)) + offsets[:m]  # problem indices, offset per resample
         counts = np.bincount(draws.ravel(), minlength=m * n).reshape(m, n)  # how often each problem is drawn
-        sums[start:start + m] = counts @ both
+        sums[start:start + m] = counts @ cols  # one matrix product gives every column's sum
+    return sums
+
+
+def problem_resamples(k_cand, k_base, n_boot: int, seed: int) -> np.ndarray:
+    """Resampled Delta (n_boot, C): each resample draws n problems with replacement, the same problems
+    for every candidate column of k_cand (n, C) and for the baseline k_base (n,)."""
+    sums = resampled_sums(np.column_stack([k_cand, k_base]), n_boot, seed)
     return sums[:, :-1] / sums[:, -1:] - 1.0
 
 
-def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0):
+def paired_bootstrap(k_cand, k_base, *, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0) -> Interval:
     """Delta = sum(k_cand) / sum(k_base) - 1 with a percentile interval from resampling problems.
 
     k_cand: (n,) or (n, C) per-problem held-out KL of the candidate(s); k_base: (n,) of the baseline.
     Each resample draws the same problems for candidate and baseline (and for every configuration).
-    Returns (delta, lo, hi): scalars for (n,) input, arrays of shape (C,) for (n, C)."""
+    Returns Interval(delta, ci_lo, ci_hi): scalars for (n,) input, arrays of shape (C,) for (n, C)."""
     kc = np.asarray(k_cand, dtype=float)
     kb = np.asarray(k_base, dtype=float)
     scalar = kc.ndim == 1
@@ -41,67 +59,251 @@ def paired_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, see
     delta = kc.sum(0) / kb.sum() - 1.0
     lo, hi = np.percentile(boot, [50 * (1 - ci), 50 * (1 + ci)], axis=0)
     if scalar:
-        return float(delta[0]), float(lo[0]), float(hi[0])
-    return delta, lo, hi
+        return Interval(float(delta[0]), float(lo[0]), float(hi[0]))
+    return Interval(delta, lo, hi)
 
+
+# ---------------------------------------------------------------- the seed-aware interval (seeds and draws)
 
 MIN_SEED_DF = 2  # degrees of freedom the run-to-run variance needs: S_cand + S_base - 2
 
 
 def enough_seeds(s_cand: int, s_base: int) -> bool:
-    """Whether seed_bootstrap can estimate the run-to-run variance from this many seeds on each side."""
+    """Whether seed_bootstrap can estimate the run-to-run variance from this many seeds on each side
+    (one base-model draw)."""
     return s_cand + s_base - 2 >= MIN_SEED_DF
 
 
-def seed_variance(k_cand, k_base) -> tuple[float, float]:
-    """The run-to-run variance of the difference of the two sides' mean log(sum_x K_x), and its degrees
-    of freedom. With at least two seeds on each side, each side has its own variance (Welch, with the
-    Welch-Satterthwaite degrees of freedom); with one seed on a side, that side borrows the other's
-    (pooled, S_cand + S_base - 2 degrees of freedom: the equal-variance assumption)."""
-    logs = [np.log(np.asarray(k, dtype=float).sum(1)) for k in (k_cand, k_base)]
-    n = [len(x) for x in logs]
-    if min(n) >= 2:
-        parts = [float(np.var(x, ddof=1)) / len(x) for x in logs]
-        return sum(parts), sum(parts) ** 2 / sum(p ** 2 / (m - 1) for p, m in zip(parts, n))
-    df = sum(n) - 2
-    if df <= 0:
-        return float("nan"), df
-    pooled = sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df
-    return pooled * (1 / n[0] + 1 / n[1]), df
+def draw_of(seed, n_draws: int):
+    """The base-model draw (SFT seed) an OPD run seed uses: seed % n_draws (draw 0: the first base model)."""
+    return np.asarray(seed) % n_draws
 
 
-def seed_bootstrap(k_cand, k_base, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0):
-    """Delta with an interval that covers both the problems drawn and the seeds run.
+class SeedVariance(NamedTuple):
+    """What the runs of a comparison say about its log ratio r = log(1 + Delta), beyond the problems drawn.
+    var: the variance of r from unit to unit (seeds on one base model; base-model draws otherwise), with df
+    degrees of freedom; overlap: the part of it the problem bootstrap already sees (the seed x problem or
+    draw x problem interaction: noise that differs from problem to problem); n_units: seeds of the
+    candidate + of the baseline on one draw, else the number of draws. Floats, or arrays for a batch."""
+    var: float
+    df: float
+    overlap: float
+    n_units: int
 
-    k_cand: (S_c, n), k_base: (S_0, n): per seed, per problem held-out KL, the same problems in the same
-    order on both sides. Delta = sum_x mean_s K(c) / sum_x mean_s K(0) - 1.
 
-    Method (a hybrid bootstrap on the log ratio r = log(1 + Delta)):
-    - problems: the paired problem bootstrap of the seed-averaged K gives r's problem-level spread;
-    - seeds: each run's log total carries independent run-to-run noise, so the two seed means add
-      s_c^2 / S_c + s_0^2 / S_0 to r (`seed_variance`: each side's own variance when both have two
-      seeds or more, Welch; else the one-seed side borrows the other's); each resample adds a Student-t
-      draw with the matching degrees of freedom scaled to that variance (t, not normal: the variances
-      are estimated from few runs).
-    Assumes run effects independent of the problem effects, enough problems for the problem bootstrap,
-    and, for a one-seed side only, the same run-to-run variance as the other side. Raises ValueError
-    with fewer than MIN_SEED_DF + 2 runs in all.
-    Returns (delta, lo, hi)."""
-    kc = np.atleast_2d(np.asarray(k_cand, dtype=float))
-    kb = np.atleast_2d(np.asarray(k_base, dtype=float))
-    if kc.shape[1] != kb.shape[1]:
-        raise ValueError(f"k_cand and k_base must score the same problems: {kc.shape} vs {kb.shape}")
-    var, df = seed_variance(kc, kb)
-    if not enough_seeds(len(kc), len(kb)):
-        raise ValueError(f"seed_bootstrap needs at least {MIN_SEED_DF + 2} runs in all to estimate the run-to-run "
-                         f"variance (got {len(kc)} candidate + {len(kb)} baseline seeds)")
-    mc, mb = kc.mean(0), kb.mean(0)
-    delta = mc.sum() / mb.sum() - 1.0
-    log_boot = np.log1p(problem_resamples(mc[:, None], mb, n_boot, seed)[:, 0])
+def _side_spread(k):
+    """One side's runs (E, S, n) of one draw: the variance over its seeds of log sum_x K_x (ddof 1), and the
+    interaction part of it, sum_x var_s(K_sx / sum_x K_sx) (a run's shares: its own scale removed).
+    NaN with one seed."""
+    if k.shape[1] < 2:
+        nan = np.full(k.shape[0], np.nan)
+        return nan, nan
+    tot = k.sum(-1)
+    return np.var(np.log(tot), axis=1, ddof=1), np.var(k / tot[..., None], axis=1, ddof=1).sum(-1)
+
+
+def seed_variance(k_cand, k_base, *, one_seed_ratio: float = 1.0) -> SeedVariance:
+    """The run-to-run variance of the difference of the two sides' mean log(sum_x K_x) on one base-model
+    draw (k_cand (S_c, n) or a batch (E, S_c, n); k_base likewise) and its degrees of freedom. With at least
+    two seeds on each side, each side has its own variance (Welch, with the Welch-Satterthwaite degrees of
+    freedom); with one seed on a side, that side borrows the other's (pooled, S_c + S_b - 2 degrees of
+    freedom: the equal-variance assumption, or one_seed_ratio^2 x the other's run-to-run variance, a
+    pre-registered bound on how much noisier a one-seed side may be). `overlap` is the part of `var` the
+    problem bootstrap sees (for a one-seed side, the other side's, unscaled)."""
+    kc, kb = (np.asarray(k, dtype=float) for k in (k_cand, k_base))
+    batch = kc.ndim == 3
+    kc, kb = (k if batch else k[None] for k in (kc, kb))
+    (sc, _), (sb, _) = kc.shape[1:], kb.shape[1:]
+    (vc, ic), (vb, ib) = _side_spread(kc), _side_spread(kb)
+    if min(sc, sb) >= 2:
+        pc, pb = vc / sc, vb / sb
+        var, overlap = pc + pb, ic / sc + ib / sb
+        df = var ** 2 / (pc ** 2 / (sc - 1) + pb ** 2 / (sb - 1))
+    else:
+        df = sc + sb - 2
+        if df <= 0:
+            nan = np.full(len(kc), np.nan)
+            return _unbatch(SeedVariance(nan, np.full(len(kc), float(df)), nan, sc + sb), batch)
+        w = [(s - 1) / df for s in (sc, sb)]  # pooled: each side's squares weighted by its degrees of freedom
+        pooled = sum(wi * np.nan_to_num(v) for wi, v in zip(w, (vc, vb)))
+        pooled_i = sum(wi * np.nan_to_num(v) for wi, v in zip(w, (ic, ib)))
+        rc, rb = (one_seed_ratio ** 2 if s == 1 else 1.0 for s in (sc, sb))
+        var, overlap = pooled * (rc / sc + rb / sb), pooled_i * (1 / sc + 1 / sb)
+        df = np.full(len(kc), float(df))
+    return _unbatch(SeedVariance(var, df, overlap, sc + sb), batch)
+
+
+def _unbatch(res, batch: bool):
+    if batch:
+        return res
+    return type(res)(*(float(np.asarray(x).ravel()[0]) if np.ndim(x) else x for x in res))
+
+
+def _by_draw(k, labels, draws):
+    """Per draw, the seed-mean K_x: (E, S, n) runs with draw labels (S,) -> (E, D, n)."""
+    return np.stack([k[:, labels == d].mean(1) for d in draws], 1)
+
+
+class DrawVariance(NamedTuple):
+    """The draw x configuration interaction variance of a comparison on the scale of sum_d z_d (see
+    draw_variance), with its degrees of freedom: estimated from one row's draws, or pooled over a
+    student's rows (pool_draw_variance). Floats, or (E,) arrays for a batch (one per comparison)."""
+    var: float
+    df: float
+
+
+def _within_draw_seeds(k, labels, draws):
+    """A side's within-draw run variance of log sum_x K_x, pooled over its draws (E,), and its degrees of
+    freedom sum_d (S_d - 1)."""
+    tot = np.log(k.sum(-1))  # (E, S)
+    ss, df = np.zeros(len(k)), 0
+    for d in draws:
+        t = tot[:, labels == d]
+        if t.shape[1] >= 2:
+            ss = ss + ((t - t.mean(1, keepdims=True)) ** 2).sum(1)
+            df += t.shape[1] - 1
+    return (ss / df if df else np.full(len(k), np.nan)), df
+
+
+def _draw_parts(kc, kb, dc, db):
+    """The pieces of the two-level rule for a batch (E, S, n) of runs with draw labels dc, db. Returns
+    (mc, mb, z, overlap, within, within_df): the draw-balanced mean K_x of each side (E, n); each draw's
+    pseudo-value z_d = sum_x cbar_dx / C - sum_x bbar_dx / B (C, B: the means over draws of the draws'
+    totals; r - r_true ~ mean_d z_d), (E, D); the part of mean_d z_d's variance the problem bootstrap sees,
+    sum_x var_d(cbar_dx / C - bbar_dx / B) / D; and the variance of mean_d z_d that the within-draw seeds
+    carry (each side's within-draw run variance, a side without two seeds on one draw borrowing the
+    other's), with its degrees of freedom (Welch-Satterthwaite; (E,) arrays)."""
+    draws = np.unique(np.concatenate([dc, db]))
+    missing = [(side, int(d)) for side, lab in (("candidate", dc), ("reference", db)) for d in draws if d not in lab]
+    if missing:
+        raise ValueError("every base-model draw needs runs on both sides; missing: "
+                         + ", ".join(f"{s} on draw {d}" for s, d in missing))
+    cbar, bbar = _by_draw(kc, dc, draws), _by_draw(kb, db, draws)  # (E, D, n)
+    ctot, btot = cbar.sum(-1), bbar.sum(-1)
+    C, B = ctot.mean(1), btot.mean(1)
+    z = ctot / C[:, None] - btot / B[:, None]
+    D = len(draws)
+    q = cbar / C[:, None, None] - bbar / B[:, None, None]
+    overlap = np.var(q, axis=1, ddof=1).sum(-1) / D if D > 1 else np.full(len(kc), np.nan)
+    (vc, fc), (vb, fb) = _within_draw_seeds(kc, dc, draws), _within_draw_seeds(kb, db, draws)
+    if not fc and not fb:
+        within, within_df = np.full(len(kc), np.nan), np.zeros(len(kc))
+    else:
+        vc, vb = (vc, vb) if fc and fb else ((vb, vb) if fb else (vc, vc))
+        nc = np.array([(dc == d).sum() for d in draws])
+        nb = np.array([(db == d).sum() for d in draws])
+        phic, phib = ctot / C[:, None], btot / B[:, None]  # a draw's share of its side's total
+        pc, pb = (phic ** 2 / nc).sum(1) * vc / D ** 2, (phib ** 2 / nb).sum(1) * vb / D ** 2
+        within = pc + pb
+        if fc and fb:  # Welch-Satterthwaite
+            within_df = within ** 2 / (pc ** 2 / fc + pb ** 2 / fb)
+        else:  # one variance for both sides
+            within_df = np.full(len(kc), float(max(fc, fb)))
+    return cbar.mean(1), bbar.mean(1), z, overlap, within, within_df
+
+
+def draw_variance(k_cand, k_base, *, draws_cand, draws_base) -> DrawVariance:
+    """One row's estimate of the draw x configuration interaction variance: the spread of the draws'
+    pseudo-values z_d (var_d z, ddof 1) less what the within-draw seeds put into it (D x their share of
+    the variance of mean_d z). Unbiased, so it can be negative (pool it: pool_draw_variance); D - 1 degrees
+    of freedom. Needs two draws or more."""
+    kc, kb, dc, db, batch = _batch_inputs(k_cand, k_base, draws_cand, draws_base)
+    D = len(np.unique(dc))
+    if D < 2:
+        raise ValueError("draw_variance needs runs on two base-model draws or more")
+    _, _, z, _, within, _ = _draw_parts(kc, kb, dc, db)
+    res = DrawVariance(np.var(z, axis=1, ddof=1) - D * np.nan_to_num(within), np.full(len(kc), D - 1.0))
+    return _unbatch(res, batch)
+
+
+def pool_draw_variance(estimates) -> DrawVariance:
+    """Pool rows' DrawVariance estimates (e.g. every row of one student): the degrees-of-freedom weighted
+    mean, floored at 0, with the summed degrees of freedom. Assumes every pooled row has the same draw x
+    configuration interaction variance."""
+    est = [e for e in estimates if np.isfinite(e.var)]
+    df = sum(e.df for e in est)
+    if not df:
+        return DrawVariance(float("nan"), 0.0)
+    return DrawVariance(max(0.0, sum(e.var * e.df for e in est) / df), float(df))
+
+
+def _batch_inputs(k_cand, k_base, draws_cand, draws_base):
+    kc = np.asarray(k_cand, dtype=float)
+    kb = np.asarray(k_base, dtype=float)
+    batch = kc.ndim == 3
+    kc, kb = (k if batch else np.atleast_2d(k)[None] for k in (kc, kb))
+    if kc.shape[-1] != kb.shape[-1] or kc.shape[0] != kb.shape[0]:
+        raise ValueError(f"k_cand and k_base must score the same problems: {kc.shape[-2:]} vs {kb.shape[-2:]}")
+    dc = np.zeros(kc.shape[1], dtype=np.int64) if draws_cand is None else np.asarray(draws_cand)
+    db = np.zeros(kb.shape[1], dtype=np.int64) if draws_base is None else np.asarray(draws_base)
+    if len(dc) != kc.shape[1] or len(db) != kb.shape[1]:
+        raise ValueError(f"one draw label per run: {len(dc)} labels for {kc.shape[1]} candidate runs, "
+                         f"{len(db)} for {kb.shape[1]} reference runs")
+    return kc, kb, dc, db, batch
+
+
+def seed_bootstrap(k_cand, k_base, *, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0, draws_cand=None,
+                   draws_base=None, draw_var: DrawVariance | None = None, one_seed_ratio: float = 1.0) -> Interval:
+    """Delta with an interval that covers the problems drawn, the seeds run and, where the runs use several
+    base models, the base-model draws.
+
+    k_cand: (S_c, n), k_base: (S_0, n): per run, per problem held-out KL, the same problems in the same
+    order on both sides; or batches (E, S_c, n), (E, S_0, n) of independent comparisons (simulations),
+    resampled with the same problem draws. draws_cand, draws_base: each run's base-model draw (draw_of);
+    None: one draw. Delta = sum_x Mc_x / sum_x Mb_x - 1, M_x the mean over draws of a draw's seed-mean K_x
+    (with one draw, or as many seeds on every draw, the seed-mean K_x).
+
+    Method, on the log ratio r = log(1 + Delta) (a hybrid bootstrap):
+    - units: what varies from run to run is measured on the units that carry it: with one draw, each side's
+      seeds (each run's log sum_x K_x carries its seed effect: the two seed means add s_c^2 / S_c +
+      s_0^2 / S_0 to r, `seed_variance`: Welch with two seeds or more on each side, else the one-seed side
+      borrows the other's); with several draws, the draws (each comparison pairs the two sides on one
+      draw, and the spread of the draws' pseudo-values z_d covers the draw x configuration interaction
+      and the seeds within them; or, given `draw_var`, a pooled interaction variance plus the within-draw
+      seeds: each its own Student-t draw, t not normal: the variances are estimated from few units);
+    - problems: the paired problem bootstrap of M gives r's problem-level spread, but part of that spread
+      is the units' own noise from problem to problem (the seed x problem interaction), which the unit
+      spread already holds: the bootstrap deviations are scaled by sqrt(1 - overlap / their variance), so
+      that only the per-problem spread of the engine's effect is added to the units' spread (counted
+      once, not twice; the same correction as for the two-way crossed bootstrap, Owen 2007).
+    Assumes run (and draw) effects independent of the problem effects, enough problems for the problem
+    bootstrap, for a one-seed side the other side's run-to-run variance (times one_seed_ratio^2; with
+    one draw only), and with `draw_var` the pooled interaction variance (the same for every row pooled).
+    Coverage at the toy's measured noise sizes: benchmarks/bootstrap.py and tests/test_stats.py. Raises
+    ValueError with too few runs to estimate the unit spread (fewer than
+    MIN_SEED_DF + 2 runs on one draw). Returns Interval(delta, ci_lo, ci_hi) (arrays (E,) for a batch)."""
+    kc, kb, dc, db, batch = _batch_inputs(k_cand, k_base, draws_cand, draws_base)
+    D = len(np.unique(np.concatenate([dc, db])))
+    E = len(kc)
     rng = np.random.default_rng([seed, 1])
-    noise = np.sqrt(var) * rng.standard_t(df, n_boot)
-    lo, hi = np.expm1(np.percentile(log_boot + noise, [50 * (1 - ci), 50 * (1 + ci)]))
-    return float(delta), float(lo), float(hi)
+    if D == 1:
+        if not enough_seeds(kc.shape[1], kb.shape[1]):
+            raise ValueError(f"seed_bootstrap needs at least {MIN_SEED_DF + 2} runs in all to estimate the run-to-run "
+                             f"variance (got {kc.shape[1]} candidate + {kb.shape[1]} baseline seeds)")
+        mc, mb = kc.mean(1), kb.mean(1)
+        sv = seed_variance(kc, kb, one_seed_ratio=one_seed_ratio)
+        noise = np.sqrt(sv.var) * rng.standard_t(sv.df, (n_boot, E))
+        overlap = sv.overlap
+    else:
+        mc, mb, z, overlap, within, within_df = _draw_parts(kc, kb, dc, db)
+        if draw_var is None:
+            noise = np.sqrt(np.var(z, axis=1, ddof=1) / D) * rng.standard_t(D - 1, (n_boot, E))
+        else:
+            if not within_df.all():
+                raise ValueError("a pooled draw variance needs two runs on one draw on at least one side, for the "
+                                 "within-draw run-to-run variance")
+            if not np.all(np.asarray(draw_var.df) > 0):
+                raise ValueError("draw_var has no degrees of freedom")
+            noise = (np.sqrt(draw_var.var / D) * rng.standard_t(draw_var.df, (n_boot, E))
+                     + np.sqrt(within) * rng.standard_t(within_df, (n_boot, E)))
+    delta = mc.sum(-1) / mb.sum(-1) - 1.0
+    r = np.log1p(delta)
+    sums = resampled_sums(np.concatenate([mc, mb]).T, n_boot, seed)
+    log_boot = np.log(sums[:, :E] / sums[:, E:])
+    v_boot = np.var(log_boot, axis=0, ddof=1)
+    keep = np.sqrt(np.clip(1 - overlap / np.where(v_boot > 0, v_boot, np.inf), 0, 1))
+    lo, hi = np.expm1(np.percentile(r + keep * (log_boot - r) + noise, [50 * (1 - ci), 50 * (1 + ci)], axis=0))
+    return _unbatch(Interval(delta, lo, hi), batch)
 
 
 def fails(delta, ci_lo, ci_hi, tau: float):
@@ -122,21 +324,53 @@ def run_mismatch(steps: pd.DataFrame) -> pd.DataFrame:
     return per_run.groupby(["student", "config"], as_index=False).agg(D=("d_n", "mean"), n_runs=("run_id", "nunique"))
 
 
-def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, tau: float = 0.20, n_boot: int = 10_000,
-             ci: float = 0.95, seed: int = 0, references: dict | None = None) -> pd.DataFrame:
-    """One row per (student, configuration): D, Delta against its reference configuration of the same
-    student (the baseline unless `references` names another, e.g. the same training settings without
-    the mismatch), the accuracy change (points) and two verdicts:
-    - `verdict`, the paper's pre-registered rule on the problem-only paired-bootstrap interval
-      (ci_lo, ci_hi) of the seed-averaged K_x;
-    - `verdict_seeds`, the same rule on the interval of `seed_bootstrap` (ci_lo_seeds, ci_hi_seeds),
-      which also covers the seeds run; missing (None, NaN bounds) where there are too few seeds to
-      estimate the run-to-run variance. A reference configuration itself has Delta = 0 and passes.
-    Every comparison resamples the same problems (the same bootstrap seed)."""
-    references = references or {}
+class Comparison(NamedTuple):
+    """A candidate against its reference: Delta; the paper's problem-only interval (ci_lo, ci_hi); the
+    seed-aware interval (ci_lo_seeds, ci_hi_seeds; NaN with too few runs), which also covers the seeds and,
+    with several base-model draws, the draws; the runs on each side and the draws compared on."""
+    delta: float
+    ci_lo: float
+    ci_hi: float
+    ci_lo_seeds: float
+    ci_hi_seeds: float
+    n_runs: int
+    n_runs_reference: int
+    n_draws: int
+
+
+def shared_draws(k_ref, seeds_ref, seeds_cand, n_draws: int):
+    """The reference's runs (k_ref (..., S, n), with run seeds seeds_ref) on the base-model draws the
+    candidate's seeds use: (k_ref, seeds_ref) restricted (all of them with one draw)."""
+    seeds_ref = np.asarray(seeds_ref)
+    keep = np.isin(draw_of(seeds_ref, n_draws), draw_of(np.asarray(seeds_cand), n_draws))
+    return np.asarray(k_ref)[..., keep, :], seeds_ref[keep]
+
+
+def compare(k_cand, k_ref, *, seeds_cand, seeds_ref, n_draws: int = 1, n_boot: int = 10_000, ci: float = 0.95,
+            seed: int = 0, draw_var: DrawVariance | None = None, one_seed_ratio: float = 1.0) -> Comparison:
+    """Both intervals of one comparison: k_cand (S_c, n), k_ref (S_0, n) per run and problem, run seeds
+    seeds_cand, seeds_ref; run s uses base-model draw s % n_draws and is compared with the reference's runs
+    on the same draws. The paper's interval: paired_bootstrap of the draw-balanced mean K_x (the seed
+    means with one draw); the seed-aware one: seed_bootstrap (two-level over draws where the candidate has
+    runs on two draws or more)."""
+    kc = np.atleast_2d(np.asarray(k_cand, dtype=float))
+    kr, sr = shared_draws(np.atleast_2d(np.asarray(k_ref, dtype=float)), seeds_ref, seeds_cand, n_draws)
+    dc, dr = draw_of(np.asarray(seeds_cand), n_draws), draw_of(sr, n_draws)
+    draws = np.unique(dc)
+    mc = np.mean([kc[dc == d].mean(0) for d in draws], 0)
+    mr = np.mean([kr[dr == d].mean(0) for d in draws], 0)
+    delta, lo, hi = paired_bootstrap(mc, mr, n_boot=n_boot, ci=ci, seed=seed)
+    lo_s = hi_s = float("nan")
+    if len(draws) > 1 or enough_seeds(len(kc), len(kr)):
+        _, lo_s, hi_s = seed_bootstrap(kc, kr, n_boot=n_boot, ci=ci, seed=seed, draws_cand=dc, draws_base=dr,
+                                       draw_var=draw_var if len(draws) > 1 else None, one_seed_ratio=one_seed_ratio)
+    return Comparison(delta, lo, hi, lo_s, hi_s, len(kc), len(kr), len(draws))
+
+
+def _pairs(heldout: pd.DataFrame, baseline: str, references: dict):
+    """Each student's comparisons at the final evaluation: (student, config, reference, k_cand, k_ref,
+    seeds_cand, seeds_ref, accuracy change in points), on the problems both sides scored."""
     fin = final_heldout(heldout)
-    D = run_mismatch(steps)
-    out = []
     for student, fs in fin.groupby("student"):
         kl = fs.pivot_table(index="prompt_id", columns=["config", "seed"], values="kl")
         acc = fs.groupby(["config", "prompt_id"])["correct"].mean().unstack("prompt_id")
@@ -148,25 +382,77 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, tau: flo
             if ref not in configs:
                 raise ValueError(f"no held-out results for {ref!r}, the reference of {config!r}, on student {student!r}")
             both = kl[list(dict.fromkeys([config, ref]))].dropna()  # the problems both sides scored
-            kc, kr = both[config].to_numpy().T, both[ref].to_numpy().T  # (seeds, problems)
-            delta, lo, hi = paired_bootstrap(kc.mean(0), kr.mean(0), n_boot, ci, seed)
-            lo_s = hi_s = float("nan")
-            if config == ref:
-                lo_s = hi_s = 0.0
-            elif enough_seeds(len(kc), len(kr)):
-                _, lo_s, hi_s = seed_bootstrap(kc, kr, n_boot, ci, seed)
-            out.append({"student": student, "config": config, "reference": ref, "delta": delta, "ci_lo": lo,
-                        "ci_hi": hi, "ci_lo_seeds": lo_s, "ci_hi_seeds": hi_s,
-                        "accuracy_change": 100 * (acc.loc[config].mean() - acc.loc[ref].mean()),
-                        "n_runs_reference": len(kr)})
-    res = pd.DataFrame(out).merge(D, on=["student", "config"], how="left")
+            yield (student, config, ref, both[config].to_numpy().T, both[ref].to_numpy().T,
+                   np.asarray(both[config].columns), np.asarray(both[ref].columns),
+                   100 * (acc.loc[config].mean() - acc.loc[ref].mean()))
+
+
+def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: float, n_boot: int = 10_000,
+             ci: float = 0.95, seed: int = 0, references: dict | None = None, n_draws: int = 1,
+             pool_draws: bool = False) -> pd.DataFrame:
+    """One row per (student, configuration): D, Delta against its reference configuration of the same
+    student (the baseline unless `references` names another, e.g. the same training settings without
+    the mismatch), the accuracy change (points) and two verdicts:
+    - `verdict`, the paper's pre-registered rule on the problem-only paired-bootstrap interval
+      (ci_lo, ci_hi) of the seed-averaged K_x;
+    - `verdict_seeds`, the same rule on the interval of `seed_bootstrap` (ci_lo_seeds, ci_hi_seeds),
+      which also covers the seeds run and, with n_draws > 1 (run seed s on base-model draw s % n_draws,
+      each comparison on the same draws), the base-model draws: each row's own between-draw spread, or
+      with pool_draws the draw x configuration variance pooled over the student's rows (assumes it is
+      the same for all of them); missing (None, NaN bounds) where there are too few runs to estimate the
+      run-to-run variance. A reference configuration itself has Delta = 0 and passes.
+    n_draws: the draws the row was compared on. Every comparison resamples the same problems (the same
+    bootstrap seed)."""
+    references = references or {}
+    pairs = list(_pairs(heldout, baseline, references))
+    pooled = {}
+    if pool_draws and n_draws > 1:
+        est = {}
+        for student, config, ref, kc, kr, sc, sr, _ in pairs:
+            kr2, sr2 = shared_draws(kr, sr, sc, n_draws)
+            if config != ref and len(np.unique(draw_of(sc, n_draws))) > 1:
+                est.setdefault(student, []).append(draw_variance(kc, kr2, draws_cand=draw_of(sc, n_draws),
+                                                                 draws_base=draw_of(sr2, n_draws)))
+        pooled = {s: pool_draw_variance(e) for s, e in est.items()}
+    out = []
+    for student, config, ref, kc, kr, sc, sr, acc in pairs:
+        c = compare(kc, kr, seeds_cand=sc, seeds_ref=sr, n_draws=n_draws, n_boot=n_boot, ci=ci, seed=seed,
+                    draw_var=pooled.get(student))
+        c = c._replace(ci_lo_seeds=0.0, ci_hi_seeds=0.0) if config == ref else c
+        out.append({"student": student, "config": config, "reference": ref, **c._asdict(), "accuracy_change": acc})
+    res = pd.DataFrame(out).merge(run_mismatch(steps)[["student", "config", "D"]], on=["student", "config"], how="left")
     res["verdict"] = np.where(fails(res["delta"], res["ci_lo"], res["ci_hi"], tau), "fail", "pass")
     seeds_known = res["ci_lo_seeds"].notna()
     res["verdict_seeds"] = np.where(seeds_known, np.where(
         fails(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), "fail", "pass"), None)
     cols = ["student", "config", "reference", "D", "delta", "ci_lo", "ci_hi", "accuracy_change", "verdict", "n_runs",
-            "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "n_runs_reference"]
+            "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "n_runs_reference", "n_draws"]
     return res[cols].sort_values(["student", "D"], ignore_index=True)
+
+
+def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: int, n_boot: int = 10_000,
+                  ci: float = 0.95, seed: int = 0, references: dict | None = None) -> pd.DataFrame:
+    """Per student, configuration and base-model draw (run seed s on draw s % n_draws): Delta on that draw
+    alone against the reference's runs on it, both intervals (the seed-aware one on that draw's seeds:
+    NaN with too few), both verdicts at tau, n_runs, n_runs_reference. A configuration that is its own
+    reference is left out."""
+    out = []
+    for student, config, ref, kc, kr, sc, sr, _ in _pairs(heldout, baseline, references or {}):
+        if config == ref:
+            continue
+        for d in np.unique(draw_of(sc, n_draws)):
+            on = draw_of(sc, n_draws) == d
+            c = compare(kc[on], kr, seeds_cand=sc[on], seeds_ref=sr, n_draws=n_draws, n_boot=n_boot, ci=ci,
+                        seed=seed)
+            out.append({"student": student, "config": config, "reference": ref, "draw": int(d),
+                        **c._asdict()})
+    cols = ["student", "config", "reference", "draw", "delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds",
+            "verdict", "verdict_seeds", "n_runs", "n_runs_reference"]
+    res = pd.DataFrame(out, columns=[c for c in cols if not c.startswith("verdict")])
+    res["verdict"] = np.where(fails(res["delta"], res["ci_lo"], res["ci_hi"], tau), "fail", "pass")
+    res["verdict_seeds"] = np.where(res["ci_lo_seeds"].notna(), np.where(
+        fails(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), "fail", "pass"), None)
+    return res[cols].sort_values(["student", "config", "draw"], ignore_index=True)
 
 
 RULES = {"paper": ("ci_lo", "ci_hi"), "seeds": ("ci_lo_seeds", "ci_hi_seeds")}  # rule -> its interval's columns
@@ -180,7 +466,13 @@ def rule_fails(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> pd.Se
     return f.mask(verdicts[lo].isna())
 
 
-def budget_interval(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> tuple[float, float]:
+class Budget(NamedTuple):
+    """A mismatch budget B_emp(tau) = [lo, hi]: the largest D that passed and the smallest that failed."""
+    lo: float
+    hi: float
+
+
+def budget_interval(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> Budget:
     """B_emp(tau) = [max D over passes, min D over fails], re-applying the rule at tau with the given
     rule's interval; NaN for an empty side. Configurations the rule cannot judge are left out."""
     f = rule_fails(verdicts, tau, rule)
@@ -189,7 +481,7 @@ def budget_interval(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> 
     f = f.fillna(False).to_numpy(dtype=bool)
     lo = float(D[known & ~f].max()) if (known & ~f).any() else float("nan")
     hi = float(D[f].min()) if f.any() else float("nan")
-    return lo, hi
+    return Budget(lo, hi)
 
 
 def is_consistent(lo: float, hi: float) -> bool:
@@ -213,7 +505,13 @@ def budget_table(verdicts: pd.DataFrame, taus) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def seed_noise(heldout: pd.DataFrame, config: str, n_boot: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+class NoiseTables(NamedTuple):
+    """seed_noise's tables: every seed-vs-seed Delta, and a summary per student."""
+    pairs: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def seed_noise(heldout: pd.DataFrame, config: str, *, n_boot: int = 2000, seed: int = 0) -> NoiseTables:
     """The instrument's null distribution from several seeds of one configuration (the baseline), per
     student: every ordered pair of its seeds gives a seed-vs-seed Delta (same engine, so the true Delta
     is 0). Returns (pairs: student, seed_a, seed_b, delta; summary per student: n_seeds, sd_single (SD
@@ -235,11 +533,18 @@ def seed_noise(heldout: pd.DataFrame, config: str, n_boot: int = 2000, seed: int
         summary.append({"student": student, "config": config, "n_seeds": len(seeds),
                         "sd_single": float(np.std([x[3] for x in d], ddof=1)),
                         "sd_run": float(np.std(np.log(tot), ddof=1)), "se_problem": float(np.mean(se))})
-    return (pd.DataFrame(pairs, columns=["student", "seed_a", "seed_b", "delta"]),
-            pd.DataFrame(summary, columns=["student", "config", "n_seeds", "sd_single", "sd_run", "se_problem"]))
+    return NoiseTables(pd.DataFrame(pairs, columns=["student", "seed_a", "seed_b", "delta"]),
+                       pd.DataFrame(summary, columns=["student", "config", "n_seeds", "sd_single", "sd_run",
+                                                      "se_problem"]))
 
 
-def ratio_se(num, den, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+class Estimate(NamedTuple):
+    """An estimate and its bootstrap standard error."""
+    estimate: float
+    se: float
+
+
+def ratio_se(num, den, *, n_boot: int = 2000, seed: int = 0) -> Estimate:
     """A ratio of sums over units, sum(num) / sum(den), and its bootstrap standard error from resampling
     the units with replacement (the SD of the resampled ratios; NaN with fewer than two units). For the
     offline estimate D_hat the units are prompts: num = each prompt's summed log-ratio over its
@@ -247,9 +552,9 @@ def ratio_se(num, den, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     est = float(num.sum() / den.sum())
     if len(num) < 2:
-        return est, float("nan")
+        return Estimate(est, float("nan"))
     boot = problem_resamples(num[:, None], den, n_boot, seed)[:, 0] + 1.0
-    return est, float(np.std(boot, ddof=1))
+    return Estimate(est, float(np.std(boot, ddof=1)))
 
 
 def sequence_frame(sums, tokens, n_responses: int, **keys) -> pd.DataFrame:
@@ -261,7 +566,7 @@ def sequence_frame(sums, tokens, n_responses: int, **keys) -> pd.DataFrame:
                          "logratio_sum": np.asarray(sums, dtype=float), "n_tokens": np.asarray(tokens, dtype=np.int64)})
 
 
-def share_se(num_a, den_a, num_b, den_b, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+def share_se(num_a, den_a, num_b, den_b, *, n_boot: int = 2000, seed: int = 0) -> Estimate:
     """The share (sum(num_a) / sum(den_a)) / (sum(num_b) / sum(den_b)) of two ratio estimates on the same
     units (a part of an effect against the whole, e.g. keys-only D_hat over keys-and-values D_hat on the
     same prompts), and its paired bootstrap SE: each resample draws the same units for both."""
@@ -269,12 +574,12 @@ def share_se(num_a, den_a, num_b, den_b, n_boot: int = 2000, seed: int = 0) -> t
     den_b = np.asarray(den_b, dtype=float)
     est = float((cols[:, 0].sum() / cols[:, 1].sum()) / (cols[:, 2].sum() / den_b.sum()))
     if len(den_b) < 2:
-        return est, float("nan")
+        return Estimate(est, float("nan"))
     r = problem_resamples(cols, den_b, n_boot, seed) + 1.0  # each column's sum over den_b's
-    return est, float(np.std(r[:, 0] / r[:, 1] / r[:, 2], ddof=1))
+    return Estimate(est, float(np.std(r[:, 0] / r[:, 1] / r[:, 2], ddof=1)))
 
 
-def offline_estimates(seqs: pd.DataFrame, keys: list[str], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def offline_estimates(seqs: pd.DataFrame, keys: list[str], *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """D_hat with its bootstrap standard error over prompts, per group of `keys`. `seqs` holds one row per
     sampled sequence: the keys, `prompt`, `logratio_sum` (sum over the response's tokens of log q - log p)
     and `n_tokens`. D_hat = sum of log-ratios / sum of tokens (the d_n formula); the bootstrap resamples
@@ -282,13 +587,13 @@ def offline_estimates(seqs: pd.DataFrame, keys: list[str], n_boot: int = 2000, s
     out = []
     for key, g in seqs.groupby(keys, sort=False):
         per = g.groupby("prompt")[["logratio_sum", "n_tokens"]].sum()
-        d, se = ratio_se(per["logratio_sum"], per["n_tokens"], n_boot, seed)
+        d, se = ratio_se(per["logratio_sum"], per["n_tokens"], n_boot=n_boot, seed=seed)
         out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "d_hat": d, "se": se,
                     "n_prompts": len(per), "n_sequences": len(g), "n_tokens": int(g["n_tokens"].sum())})
     return pd.DataFrame(out, columns=[*keys, "d_hat", "se", "n_prompts", "n_sequences", "n_tokens"])
 
 
-def prompts_for_relative_se(num, den, ns, target: float = 1 / 3, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def prompts_for_relative_se(num, den, ns, target: float = 1 / 3, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """The standard error of D_hat from the first n prompts, for each n in `ns` (num, den per prompt as in
     ratio_se), against `target` x the D_hat of all prompts: columns n, d_hat (first n), se, relative
     (se / D_hat of all prompts), meets (relative <= target)."""
@@ -296,7 +601,7 @@ def prompts_for_relative_se(num, den, ns, target: float = 1 / 3, n_boot: int = 2
     full = num.sum() / den.sum()
     rows = []
     for n in ns:
-        d, se = ratio_se(num[:n], den[:n], n_boot, seed)
+        d, se = ratio_se(num[:n], den[:n], n_boot=n_boot, seed=seed)
         rows.append({"n": int(n), "d_hat": d, "se": se, "relative": se / full, "meets": bool(se <= target * full)})
     return pd.DataFrame(rows)
 
@@ -308,8 +613,8 @@ def prompts_needed(se, n_prompts, d_hat, ratio: float = 3.0):
     return np.ceil(n * (ratio * se / d) ** 2)
 
 
-def admit(d_hat: float, alpha: float = 1.5, L: float = 0.41) -> bool:
-    """Admit a candidate engine iff alpha * D_hat < L."""
+def admit(d_hat: float, *, alpha: float, L: float) -> bool:
+    """Admit a candidate engine iff alpha * D_hat < L (alpha and L: the experiment's admission settings)."""
     return bool(alpha * d_hat < L)
 
 
@@ -331,7 +636,10 @@ def admission_record(admission: pd.DataFrame, verdicts: pd.DataFrame, alpha: flo
     return rec[cols].sort_values(["student", "d_hat"], ignore_index=True)
 
 
-def admission_summary(record: pd.DataFrame, ratio_floor: float) -> dict:
+RATIO_FLOOR = 0.01  # D_hat below which the in-training / offline ratio is sampling noise (admission_summary)
+
+
+def admission_summary(record: pd.DataFrame, *, ratio_floor: float = RATIO_FLOOR) -> dict:
     """What the record implies, over candidate engines only (a baseline is not a decision): how many
     decisions have a training outcome and how many agree with it, how many "admit everything" would get
     right (the candidates that passed), the alpha a pilot would set (the largest in-training/offline

@@ -158,7 +158,7 @@ def main(inp, out, params):
     est = stats.offline_estimates(seqs, ["student", "config"], n_boot=b["resamples"], seed=b["seed"])
     record = stats.admission_record(est, v, a["alpha"], a["L"], baselines=[params.baseline])
     store.write_table(record, out.admission)
-    store.write_json(stats.admission_summary(record, a.get("ratio_floor", 0.01)), out.admission_summary)
+    store.write_json(stats.admission_summary(record), out.admission_summary)
     collapse = {**stats.RL_COLLAPSE_DEFAULTS, **getattr(params, "rl_collapse", {})}
     store.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
     store.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)

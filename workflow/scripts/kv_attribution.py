@@ -21,7 +21,7 @@ def attribution(seqs: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
         a, b = per.loc[tuple(key)], per.loc[whole]
         b = b.reindex(a.index)
         share, se = (1.0, 0.0) if key[-1] == "kv" else stats.share_se(
-            a["logratio_sum"], a["n_tokens"], b["logratio_sum"], b["n_tokens"], n_boot, seed)
+            a["logratio_sum"], a["n_tokens"], b["logratio_sum"], b["n_tokens"], n_boot=n_boot, seed=seed)
         shares.append((share, se))
     est["share"], est["share_se"] = np.array(shares).T if shares else ([], [])
     return est.sort_values(KEYS, ignore_index=True)
