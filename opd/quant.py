@@ -3,15 +3,15 @@
 Every function takes a float tensor and returns a float tensor of the same shape and dtype holding
 the values the engine would compute with (quantise, then dequantise). The verl backend's vLLM
 weight-sync hook applies the same functions to the weights it loads, so a recipe means the same
-numbers on a laptop and on a GPU cluster.
+numbers on a laptop and on a GPU cluster. Which function each recipe name means is opd.recipes' registry.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
+
+from opd.recipes import RECIPES, recipe  # noqa: F401  (the registry, torch-free: opd/recipes.py)
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -93,63 +93,6 @@ def fp8_per_token_group(x: torch.Tensor, group: int = 128) -> torch.Tensor:
     scale = (g.abs().amax(-1, keepdim=True) / FP8_MAX["e4m3"]).clamp_min(1e-12)
     q = (cast_fp8(g / scale) * scale).reshape(*shape[:-1], -1)[..., : shape[-1]]
     return q.to(x.dtype)
-
-
-# ---------------------------------------------------------------- the recipe registry
-
-@dataclass(frozen=True)
-class Recipe:
-    """One engine numerics recipe a row can name. `apply` maps a tensor to the values the engine computes
-    with (weights; activations, the input of every linear layer of the quantized layers, where a
-    `calibrated` recipe takes the amax calibrated once as a second argument); `fmt` is the FP8 format a KV
-    cache stores; `vllm` holds the vLLM engine arguments that run the recipe natively on the verl backend
-    (empty: verl's weight-sync hook, opd.backends.verl.hook, applies `apply` to the synced weights
-    instead, which it can for weights only). The tiny engine runs every recipe."""
-    name: str
-    kind: str  # a row field: "weights", "activations" or "kv_cache"
-    about: str
-    apply: Callable[..., torch.Tensor] | None = None
-    fmt: str | None = None
-    vllm: dict = field(default_factory=dict)
-    calibrated: bool = False
-
-
-RECIPES: dict[str, dict[str, Recipe]] = {"weights": {}, "activations": {}, "kv_cache": {}}
-
-
-def register(r: Recipe) -> Recipe:
-    RECIPES[r.kind][r.name] = r
-    return r
-
-
-for _r in (
-    Recipe("none", "weights", "the trained weights, cast to the engine dtype"),
-    Recipe("fp8_tensor", "weights", "FP8 E4M3, one scale per tensor (NVIDIA Model Optimizer)", apply=fp8_per_tensor),
-    Recipe("fp8_block", "weights", "FP8 E4M3, one scale per 128x128 tile (DeepSeek-V3)", apply=fp8_block),
-    Recipe("nvfp4", "weights", "NVFP4: E2M1 in 16-element blocks with E4M3 block scales", apply=nvfp4),
-    Recipe("none", "activations", "linear-layer inputs in the engine dtype"),
-    Recipe("fp8_static", "activations", "FP8 E4M3, one static scale per tensor calibrated once (Model Optimizer W8A8)",
-           apply=fp8_static, calibrated=True),
-    Recipe("fp8_token", "activations", "FP8 E4M3, one dynamic scale per token (vLLM's dynamic FP8)",
-           apply=fp8_per_token),
-    Recipe("fp8_group128", "activations", "FP8 E4M3, one dynamic scale per token and 128 elements (vLLM's block FP8)",
-           apply=fp8_per_token_group),
-    Recipe("nvfp4", "activations", "NVFP4: E2M1 in 16-element blocks, dynamic E4M3 block scales (W4A4)",
-           apply=nvfp4),
-    Recipe("none", "kv_cache", "keys and values stored in the engine dtype"),
-    Recipe("fp8_e4m3", "kv_cache", "keys and values stored as FP8 E4M3, scale 1.0", fmt="e4m3",
-           vllm={"kv_cache_dtype": "fp8_e4m3"}),
-    Recipe("fp8_e5m2", "kv_cache", "keys and values stored as FP8 E5M2, scale 1.0", fmt="e5m2",
-           vllm={"kv_cache_dtype": "fp8_e5m2"}),
-):
-    register(_r)
-
-
-def recipe(kind: str, name: str) -> Recipe:
-    try:
-        return RECIPES[kind][name]
-    except KeyError:
-        raise ValueError(f"unknown {kind} recipe {name!r}; known: {sorted(RECIPES.get(kind, {}))}") from None
 
 
 def quantize_weight(w: torch.Tensor, name: str) -> torch.Tensor:
