@@ -34,7 +34,8 @@ LEVERS = {
 def one(job):
     settings, seed, out = job
     from opd.backends.tiny import trainer
-    spec = {"run_id": f"noise.qwen-s.s{seed}", "row": {"name": "bf16"}, "student": "qwen-s", "seed": seed,
+    spec = {"experiment": "toy", "backend": "tiny", "run_id": f"noise.qwen-s.s{seed}", "row": {"name": "bf16"},
+            "student": "qwen-s", "seed": seed,
             "settings": settings, "student_path": str(BASE / "student.pt"), "teacher_path": str(BASE / "teacher.pt")}
     Path(out).mkdir(parents=True, exist_ok=True)
     trainer.train_run(spec, Path(out))

@@ -27,15 +27,16 @@ def main():
     from opd import config as C
     from opd import store
     from opd.backends.tiny import trainer
+    from opd.spec import TrainSpec
 
     current = {r.run_id for r in C.runs(C.load(), "toy")}  # a removed row's spec file stays behind: skip it
-    specs = [s for s in (store.read_json(p) for p in sorted((ROOT / "results/toy/_jobs/train").glob("*.json")))
-             if s.get("probes") and s["run_id"] in current]
+    files = sorted((ROOT / "results/toy/_jobs/train").glob("*.json"))
+    specs = [s for s in (TrainSpec.from_json(store.read_json(p)) for p in files) if s.probes and s.run_id in current]
     if not specs:
         raise SystemExit("no probed run's job spec under results/toy/_jobs/train/: run `snakemake -n` first")
     specs = specs[:args.runs] if args.runs else specs
-    probe = specs[0]["probes"]
-    print(f"{len(specs)} probed runs x steps {probe['steps']}, {probe['prompts']} prompts x {probe['responses']} "
+    probe = specs[0].probes
+    print(f"{len(specs)} probed runs x steps {list(probe.steps)}, {probe.prompts} prompts x {probe.responses} "
           f"responses; load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     probe_cpu = job_cpu = 0.0
     for spec in specs:
@@ -45,7 +46,7 @@ def main():
             table = store.read_table(Path(d) / "probes.parquet")
         job, wall, probes = time.process_time() - c, time.perf_counter() - t, float(table["probe_cpu_s"].iloc[0])
         probe_cpu, job_cpu = probe_cpu + probes, job_cpu + job
-        print(f"  {spec['run_id']:24s} job {job:5.1f} CPU s ({wall:5.1f} s wall): probes {probes:5.1f} CPU s "
+        print(f"  {spec.run_id:24s} job {job:5.1f} CPU s ({wall:5.1f} s wall): probes {probes:5.1f} CPU s "
               f"({len(table)} points, {probes / len(table):.2f} s each), training {job - probes:5.1f}")
     print(f"probes: {probe_cpu:.1f} CPU s of {job_cpu:.1f} in these jobs ({100 * probe_cpu / job_cpu:.0f}%); added to a "
           f"from-scratch regeneration on {args.cores} cores: about {probe_cpu / args.cores:.0f} s (goal {GOAL_S:.0f} s)")

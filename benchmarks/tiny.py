@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from opd import config as C
+from opd.spec import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
@@ -57,12 +58,12 @@ def measure(settings: dict) -> dict:
     from opd.backends.tiny import model as M
     from opd.backends.tiny.engine import Engine, Numerics
     from opd.backends.tiny.task import make_task
-    from opd.backends.tiny.trainer import Settings, mismatch, step_generator, token_logprobs, train_run, update
+    from opd.backends.tiny.trainer import mismatch, step_generator, token_logprobs, train_run, update
 
     torch.set_num_threads(1)
     student, teacher = M.load(BASE / "student.pt"), M.load(BASE / "teacher.pt")
     train, _ = make_task(0)
-    s = Settings(**{k: v for k, v in settings.items() if k in Settings.__dataclass_fields__})
+    s = Settings.of(settings)
     rng = np.random.default_rng([0, 0, 1])  # a training step's prompts, as a run draws them
     idx = np.repeat(rng.choice(len(train), s.prompts_per_step, replace=False), s.responses_per_prompt)
     engine = Engine(student.cfg, Numerics())
@@ -119,7 +120,7 @@ def report(m: dict, r: dict, settings: dict) -> None:
     print(f"d_n (and p90) from log-probs the step already has: {m['dn_s'] * 1e3:.3f} ms = "
           f"{100 * m['dn_s'] / (m['gen_s'] + m['step_s']):.2f}% of rollout + step (goal <= 2%)")
     print(f"one {settings['steps']}-step run ({settings['prompts_per_step']} x {settings['responses_per_prompt']} responses, "
-          f"{len(C.eval_steps(settings['steps'], settings['eval_every']))} evaluations): {m['run_s']:.1f} s = "
+          f"{len(Settings.of(settings).eval_steps())} evaluations): {m['run_s']:.1f} s = "
           f"{3600 / m['run_s']:.0f} runs per core-hour")
     print(f"the same run as a training job (a new process, as the DAG runs it): {m['job_s']:.1f} s = "
           f"{3600 / m['job_s']:.0f} runs per core-hour ({m['job_s'] - m['run_s']:.1f} s of process start, imports and "

@@ -38,6 +38,7 @@ from opd.backends.verl import logparse, reward
 from opd.backends.verl.data import toy_task
 from opd.backends.verl.layout import Layout, Pool
 from opd.backends.verl.overrides import entry_point, hydra_value, overrides
+from opd.spec import AdmissionSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = [{"name": "nvfp4-kv-l0", "weights": "nvfp4", "kv_cache": "fp8_e4m3", "bf16_layers": [0]},
@@ -92,11 +93,21 @@ def command(out: Path, row: dict, gpus: int) -> tuple[str, list[str]]:
     return entry_point(row), args
 
 
-def spec_for(out: Path, row: dict, steps: int = 2) -> dict:
+def train_spec(out: Path, row: dict, steps: int = 2) -> TrainSpec:
+    """The smoke run of `row` as a training job's spec (what its held-out evaluation reads)."""
     e = experiment(out, steps)
-    return {"experiment": "smoke", "backend": "verl", "run_id": f"{row['name']}.toy.s0", "row": row, "student": "toy",
-            "seed": 0, "student_spec": e["students"]["toy"], "settings": e["train"], "verl": e["verl"],
-            "prompts": 16, "responses": 2}
+    return TrainSpec.from_json({"experiment": "smoke", "backend": "verl", "run_id": f"{row['name']}.toy.s0", "row": row,
+                                "student": "toy", "seed": 0, "student_spec": e["students"]["toy"], "settings": e["train"],
+                                "verl": e["verl"], "student_path": None, "teacher_path": None})
+
+
+def admission_spec(out: Path, row: dict) -> AdmissionSpec:
+    """The offline admission check of `row` on the toy student: 16 prompts x 2 responses."""
+    e = experiment(out)
+    return AdmissionSpec.from_json({"experiment": "smoke", "backend": "verl", "task_seed": 0, "student": "toy",
+                                    "student_path": None, "teacher_path": None, "row": row, "prompts": 16,
+                                    "responses": 2, "seed": 0, "student_spec": e["students"]["toy"],
+                                    "verl": e["verl"], "settings": e["train"]})
 
 
 def train_row(out: Path, row: dict, gpus: int) -> None:
@@ -111,7 +122,7 @@ def train_row(out: Path, row: dict, gpus: int) -> None:
                                  staleness=int(row.get("staleness", 0)))
     print(steps[["step", "d_n", "loss", "staleness", "step_s", "rollout_s", "train_s", "weight_sync_s"]].to_string(index=False))
     assert steps["d_n"].notna().all() and steps["step"].max() == 2, "expected d_n for every step up to step 2"
-    gpu.heldout_eval(spec_for(out, row), run_dir)
+    gpu.heldout_eval(train_spec(out, row), run_dir)
     held = store.read_table(run_dir / "heldout.parquet", store.HELDOUT)
     print(held.groupby("step")[["kl", "correct", "n_tokens"]].mean().to_string())
 
@@ -119,9 +130,9 @@ def train_row(out: Path, row: dict, gpus: int) -> None:
 def one_gpu(out: Path, row: dict) -> None:
     """What fits on one GPU: the offline admission check of `row` and the student's held-out evaluation."""
     from opd.backends.verl import gpu
-    print(f"{row['name']}: D_hat = {gpu.offline_mismatch(spec_for(out, row)):.5f}", flush=True)
+    print(f"{row['name']}: D_hat = {gpu.offline_mismatch(admission_spec(out, row)):.5f}", flush=True)
     run_dir = out / "student-step0"
-    gpu.heldout_eval(spec_for(out, {"name": "bf16"}, steps=0), run_dir)
+    gpu.heldout_eval(train_spec(out, {"name": "bf16"}, steps=0), run_dir)
     print(store.read_table(run_dir / "heldout.parquet", store.HELDOUT)[["kl", "correct", "n_tokens"]].mean().to_string())
 
 

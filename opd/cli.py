@@ -1,15 +1,23 @@
 """Command line for the DAG's compute jobs: `python -m opd.cli <job> --spec FILE ...`.
 
 Each job reads its spec from the JSON file its rule wrote under results/<experiment>/_jobs/, so a
-job depends only on that file; editing library code never reruns anything by itself. `--launcher`
-names a JSON file saying where the job runs (here, or on Slurm through submitit)."""
+job depends only on that file; editing library code never reruns anything by itself. The file is parsed
+once, into the job's typed spec (opd.spec: SPECS below), which the backend receives. `--launcher` names a
+JSON file saying where the job runs (here, or on Slurm through submitit: opd.spec.Launcher)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from opd.spec import (AdmissionSpec, BaseSpec, JobSpec, KVAttributionSpec, Launcher, MemoryBoundSpec, ThroughputSpec,
+                      TrainSpec)
+
+SPECS: dict[str, type[JobSpec]] = {"train": TrainSpec, "base": BaseSpec, "admission": AdmissionSpec,
+                                   "kv-attribution": KVAttributionSpec, "throughput": ThroughputSpec,
+                                   "memory-bound": MemoryBoundSpec}
 JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes it with which function)
     "base": "train a student and its teacher (tiny backend)",
     "admission": "offline admission estimate D_hat for one row and student",
@@ -19,7 +27,7 @@ JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes
 }
 
 
-def _spec(path: str) -> dict:
+def _json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
 
@@ -36,8 +44,8 @@ def main(argv=None) -> int:
         parsers[-1].add_argument("--threads", type=int, default=None,
                                  help="processes or threads the job may use (the rule's threads; not part of the spec)")
     for sp in parsers:
-        sp.add_argument("--spec", type=_spec, required=True, help="the job's spec (JSON file)")
-        sp.add_argument("--launcher", type=_spec, default=None, help="launcher JSON file (default: run here)")
+        sp.add_argument("--spec", required=True, help="the job's spec (JSON file)")
+        sp.add_argument("--launcher", default=None, help="launcher JSON file (default: run here)")
     c = sub.add_parser("check-runs", help="check every complete run's files against its run.json, as every "
                        "`snakemake` does before building the DAG; a damaged run's files move to "
                        "results/<experiment>/_quarantine/ and the next `snakemake` reruns it")
@@ -76,19 +84,31 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     return 1 if damaged else 0
 
 
+def parse(p, args) -> tuple[JobSpec, Launcher]:
+    """The job's spec file as its typed spec, and the launcher file as a Launcher; a bad file is a usage error
+    naming it."""
+    try:
+        spec = SPECS[args.job].from_json(_json(args.spec), where=args.spec)
+        launcher = Launcher.from_json(_json(args.launcher) if args.launcher else None)
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and SpecError are ValueErrors
+        p.error(str(e))
+    if getattr(args, "threads", None) is not None:
+        spec = dataclasses.replace(spec, threads=args.threads)
+    return spec, launcher
+
+
 def run(p, args) -> int:
     from opd import launch
-    launcher = args.launcher or {"launcher": "local"}
+    spec, launcher = parse(p, args)
     if args.job == "train":
-        launch.run_train(args.spec, args.run_dir, launcher)
+        launch.run_train(spec, args.run_dir, launcher)
         return 0
     from opd import backends
     try:
-        fn = backends.job(args.job, args.spec.get("backend", "tiny"))
+        fn = backends.job(args.job, spec.backend)
     except ValueError as e:
         p.error(str(e))
-    spec = args.spec if args.threads is None else {**args.spec, "threads": args.threads}
-    launch.run_job(fn, spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
+    launch.run_job(fn, spec, args.out, launcher if args.job != "base" else Launcher())
     return 0
 
 

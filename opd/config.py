@@ -1,73 +1,27 @@
 """config.yaml: validation (JSON schema + cross-field checks) and the matrix of runs.
 
-Every error names the experiment, the row and the field, and is raised before any job starts.
-A run is one row x one student x one seed; its run_id `<row>.<student>.s<seed>` depends on nothing
-else, so adding a column to the matrix never renames existing results.
+Every error names the experiment, the row and the field, and is raised before any job starts. A validated
+experiment is read as an opd.spec.Experiment (every default resolved there); a run is one row x one student x
+one seed (opd.spec.Run, its id opd.spec.run_id). Validation imports no torch (a test checks it).
 """
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 from opd.rows import Row
+from opd.spec import Experiment, Run, Settings, Student
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-# Training settings only the verl backend reads (the schema types every key of `train`).
-VERL_TRAIN_KEYS = ("temperature", "max_prompt_length", "max_response_length")
-# Row fields that override the experiment's training settings for that row's runs.
-TRAIN_OVERRIDES = ("lr",)
 
 
 class ConfigError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Run:
-    run_id: str
-    experiment: str
-    row: Row
-    student: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return self.row.name
-
-
-def run_id(row_name: str, student: str, seed: int) -> str:
-    return f"{row_name}.{student}.s{seed}"
-
-
-def run_settings(train: dict, row: Row) -> dict:
-    """A run's training settings: the experiment's `train`, with the row's overrides (TRAIN_OVERRIDES)."""
-    return {**train, **{k: getattr(row, k) for k in TRAIN_OVERRIDES if getattr(row, k) is not None}}
-
-
-def student_params(student: dict) -> float:
-    """A student's size: `n_params` where the config gives it (real checkpoints), else the parameters
-    of the tiny architecture's blocks (attention and MLP; they dominate the cost of a step). Used to start the largest
-    students' runs first, so no long job is left running alone at the end."""
-    if "n_params" in student:
-        return float(student["n_params"])
-    d = student["heads"] * student["head_dim"]
-    kv = student["kv_heads"] * student["head_dim"]
-    per_layer = 2 * d * d + 2 * d * kv + 3 * d * student["d_ff"]
-    return float(student["layers"] * per_layer)
-
-
-def eval_steps(steps: int, eval_every: int) -> list[int]:
-    """The training steps a run's held-out evaluation scores (both backends): 0, every `eval_every`
-    steps, and the last; none when `eval_every` is 0."""
-    if eval_every <= 0:
-        return []
-    return sorted({*range(0, steps, eval_every), steps})
 
 
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
@@ -173,13 +127,21 @@ def cross_field_errors(cfg: dict) -> list[str]:
         if window and not (0 <= window[0] < min(window[1], t.get("steps", window[1]))):
             errors.append(f"experiment {exp!r}, field 'infra.window': {window} holds no training step of "
                           f"the {t.get('steps')} run")
-        verl_only = [k for k in VERL_TRAIN_KEYS if k in t]
+        verl_only = [k for k in Settings.VERL_ONLY if k in t]
         if e.get("backend") == "tiny" and verl_only:
             errors.append(f"experiment {exp!r}, field 'train.{verl_only[0]}': a verl setting; the tiny backend's "
                           f"task fixes its prompt and response lengths and samples at temperature 1")
         if e.get("backend") == "verl":
-            errors += [f"experiment {exp!r}, field 'train.{k}': the verl backend needs it" for k in VERL_TRAIN_KEYS
+            errors += [f"experiment {exp!r}, field 'train.{k}': the verl backend needs it" for k in Settings.VERL_ONLY
                        if k not in t]
+        for name, st in students.items():
+            missing = [k for k in Student.NEEDS.get(e.get("backend"), ()) if k not in st]
+            if missing:
+                errors.append(f"experiment {exp!r}, field 'students.{name}.{missing[0]}': the {e['backend']} backend "
+                              f"needs it")
+        if e.get("backend") == "verl" and "data" not in e.get("verl", {}):
+            errors.append(f"experiment {exp!r}, field 'verl.data': the verl backend needs it (the training and "
+                          f"held-out prompts)")
         if e.get("backend") == "verl":  # what verl 0.9.1 can run (opd.backends.verl.plan; no torch, no verl needed)
             from opd.backends.verl import plan
             for msg in plan.experiment_errors(e):
@@ -218,48 +180,14 @@ def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:
     return out
 
 
-def guard_line(experiment: dict) -> float:
-    """What `d_max: budget` means: the experiment's admission line L. It is the in-training level the
-    admission rule protects (admit iff alpha * D_hat < L, alpha turning the offline D_hat into in-training
-    D), and the guard watches in-training d_n, so L (not L / alpha, the line on the offline D_hat). A fixed
-    number of the config, not the measured budget of the analysis: a run whose line came from the
-    analysis would depend on every other run (and the analysis on it), and would retrain whenever one
-    more run moved the measured edge."""
-    return float(experiment["admission"]["L"])
-
-
-def guard_spec(experiment: dict, row: Row) -> dict | None:
-    """A guarded run's guard as its job spec holds it: d_max resolved to a number."""
-    if row.guard is None:
-        return None
-    g = row.guard.as_dict()
-    return {**g, "d_max": guard_line(experiment) if g["d_max"] == "budget" else float(g["d_max"])}
-
-
 def runs(cfg: dict, experiment: str | None = None) -> list[Run]:
-    exp = experiment or cfg["experiment"]
-    e = cfg["experiments"][exp]
-    first = next(iter(e["students"]))
-    out = []
-    for r in rows(cfg, exp):
-        for s in r.students_or(first):
-            for seed in r.seeds or e["seeds"]:
-                out.append(Run(run_id(r.name, s, seed), exp, r, s, seed))
-    return out
+    """Every run of an experiment of a validated config (opd.spec.Experiment.runs)."""
+    return Experiment.of(cfg, experiment).runs()
 
 
 def rows(cfg: dict, experiment: str | None = None) -> list[Row]:
     """An experiment's rows, each built once."""
     return [Row.of(r) for r in cfg["experiments"][experiment or cfg["experiment"]]["rows"]]
-
-
-def baseline_row(cfg: dict, experiment: str | None = None) -> Row:
-    return next(r for r in rows(cfg, experiment) if r.baseline)
-
-
-def dumps(obj) -> str:
-    """Canonical JSON (sorted keys), the form params and hashes use."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
 def write_if_changed(path, spec: dict) -> str:

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
+
+from opd.rows import Guard
 
 ROW_ENGINE = "row"  # the `engine` column of a step rolled out by the row's own engine
 
@@ -27,6 +30,12 @@ def max_activations(steps: int, cooldown: int) -> int:
     """The most activations a run of `steps` steps can have when every window re-triggers: cooldowns
     c, 2c, 4c, ... cover the run after a activations once c (2^a - 1) >= steps."""
     return max(1, math.ceil(math.log2(steps / cooldown + 1)))
+
+
+class Span(NamedTuple):
+    """The steps [start, end) one activation's rollouts come from the action's engine."""
+    start: int
+    end: int
 
 
 @dataclass
@@ -43,12 +52,15 @@ class GuardState:
     watch_from: int = 0  # the first step whose d_n counts (the end of the last activation)
 
     @classmethod
-    def of_spec(cls, spec: dict, lag: int, steps: int) -> "GuardState":
-        """From a job spec's `guard` (opd.config.guard_spec: d_max already a number)."""
-        return cls(d_max=float(spec["d_max"]), window=int(spec["window"]), action=spec["action"],
-                   cooldown=int(spec["cooldown"]), lag=lag, cap=steps)
+    def of(cls, guard: Guard, lag: int, steps: int) -> "GuardState":
+        """The state of a run's guard at its start: `guard` with d_max a number (opd.spec.Experiment.guard, as a
+        job spec holds it), the row's staleness `lag`, the run's `steps` (the longest cooldown)."""
+        if isinstance(guard.d_max, str):
+            raise ValueError(f"guard d_max {guard.d_max!r}: resolve it to a number first (opd.spec.Experiment.guard)")
+        return cls(d_max=float(guard.d_max), window=int(guard.window), action=guard.action,
+                   cooldown=int(guard.cooldown), lag=lag, cap=steps)
 
-    def observe(self, step: int, d_n: float) -> tuple[int, int] | None:
+    def observe(self, step: int, d_n: float) -> Span | None:
         """Step `step`'s measured d_n; returns the activation it triggers ([start, end)), if any."""
         if step < self.watch_from:
             return None
@@ -60,7 +72,7 @@ class GuardState:
             return None
         length = self.next_cooldown or self.cooldown
         start = step + 1 + self.lag
-        span = (start, start + length)
+        span = Span(start, start + length)
         self.spans.append(span)
         self.watch_from, self.recent = span[1], []
         self.next_cooldown = min(2 * length, self.cap)
@@ -85,4 +97,4 @@ class GuardState:
 
     @classmethod
     def from_state(cls, state: dict) -> "GuardState":
-        return cls(**{**state, "spans": [tuple(s) for s in state["spans"]]})
+        return cls(**{**state, "spans": [Span(*s) for s in state["spans"]]})

@@ -13,10 +13,12 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Mapping
 
 import submitit
 
 from opd import training
+from opd.spec import JobSpec, Launcher, Slurm, TrainSpec
 
 
 class JobFailed(RuntimeError):
@@ -30,61 +32,57 @@ class CheckpointableTrain(submitit.helpers.Checkpointable):
     checkpoint nor requeue: submitit/core/job_environment.py:207-211) and it resumes from the run's last
     checkpoint."""
 
-    def __call__(self, spec: dict, run_dir: str) -> dict | None:
+    def __call__(self, spec: TrainSpec, run_dir: str) -> dict | None:
         env = submitit.JobEnvironment()
         if env.global_rank != 0:
             return training.train_worker(spec, run_dir)
-        return training.train(spec, run_dir, {"launcher": "slurm", "slurm_job_ids": [str(env.job_id)]})
+        return training.train(spec, run_dir, "slurm", [str(env.job_id)])
 
 
-def train_shape(spec: dict, slurm: dict) -> dict:
+def train_shape(spec: TrainSpec, slurm: Slurm) -> Slurm:
     """A training job's Slurm shape: the site's and the experiment's settings, and for the verl backend the
     nodes, GPUs and tasks its layout needs (opd.backends.verl.layout; not written separately)."""
-    if spec["backend"] != "verl":
-        return dict(slurm)
+    if spec.backend != "verl":
+        return slurm
     from opd.backends.verl.layout import layout
-    return {**slurm, **layout(spec["verl"], spec["row"]).slurm()}
+    return slurm.with_(**layout(spec.verl, spec.row).slurm())
 
 
-def run_train(spec: dict, run_dir, launcher: dict) -> dict:
-    if launcher["launcher"] == "local":
+def run_train(spec: TrainSpec | Mapping, run_dir, launcher: Launcher | Mapping) -> dict:
+    spec, launcher = TrainSpec.of(spec), Launcher.of(launcher)
+    if launcher.launcher == "local":
         return training.train(spec, run_dir)
     return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir),
-                           train_shape(spec, launcher.get("slurm", {})), name=spec["run_id"])
+                           train_shape(spec, launcher.slurm), name=spec.run_id)
 
 
-def run_job(fn, spec: dict, out: Path, launcher: dict):
+def run_job(fn, spec: JobSpec, out: Path, launcher: Launcher):
     """Any other job (admission check, attribution, measurements): here, or as one single-node Slurm job
     (one GPU where the experiment's jobs have GPUs) whose logs land in `<out's folder>/slurm/`."""
-    if launcher["launcher"] == "local":
+    if launcher.launcher == "local":
         return fn(spec, out)
     out = Path(out)
-    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(spec, launcher.get("slurm", {})),
-                           name=out.stem)
+    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(spec.backend, launcher.slurm), name=out.stem)
 
 
-def single_job_shape(spec: dict, slurm: dict) -> dict:
+def single_job_shape(backend: str, slurm: Slurm) -> Slurm:
     """The Slurm shape of a job that is one process: one node, one task, and for the verl backend one GPU
     (the vLLM engines of one student), from the site's and the experiment's settings (which, for verl,
     hold no GPU count: a training job's comes from its layout, see train_shape)."""
-    shape = {**slurm, "nodes": 1, "tasks_per_node": 1}
-    if spec["backend"] == "verl":
-        shape["gpus_per_node"] = 1
-    return shape
+    return slurm.with_(nodes=1, tasks_per_node=1, **({"gpus_per_node": 1} if backend == "verl" else {}))
 
 
-def executor(folder: Path, slurm: dict, name: str) -> submitit.AutoExecutor:
-    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=slurm.get("max_requeues", 3))
-    params = {"name": name, "timeout_min": slurm.get("time_min", 60), "nodes": slurm.get("nodes", 1),
-              "tasks_per_node": slurm.get("tasks_per_node", 1), "cpus_per_task": slurm.get("cpus_per_task", 1),
-              "mem_gb": slurm.get("mem_gb", 4), "slurm_setup": slurm.get("setup", [])}
-    if slurm.get("gpus_per_node"):
-        params["gpus_per_node"] = slurm["gpus_per_node"]
-    if slurm.get("signal_delay_s") is not None:  # Slurm's USR2 this long before the time limit (submitit's default: 90 s)
-        params["slurm_signal_delay_s"] = int(slurm["signal_delay_s"])
+def executor(folder: Path, slurm: Slurm, name: str) -> submitit.AutoExecutor:
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=slurm.max_requeues)
+    params = {"name": name, "timeout_min": slurm.time_min, "nodes": slurm.nodes, "tasks_per_node": slurm.tasks_per_node,
+              "cpus_per_task": slurm.cpus_per_task, "mem_gb": slurm.mem_gb, "slurm_setup": list(slurm.setup)}
+    if slurm.gpus_per_node:
+        params["gpus_per_node"] = slurm.gpus_per_node
+    if slurm.signal_delay_s is not None:  # Slurm's USR2 this long before the time limit (submitit's default: 90 s)
+        params["slurm_signal_delay_s"] = int(slurm.signal_delay_s)
     for key in ("partition", "account", "qos"):
-        if slurm.get(key):
-            params[f"slurm_{key}"] = slurm[key]
+        if getattr(slurm, key):
+            params[f"slurm_{key}"] = getattr(slurm, key)
     ex.update_parameters(**params)
     return ex
 
@@ -110,13 +108,13 @@ ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEU
 FINAL = {"CANCELLED", "FAILED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "TIMEOUT"}
 
 
-def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: dict, name: str):
+def submit_and_wait(fn, args: tuple, run_dir: Path, slurm: Slurm, name: str):
     if shutil.which("sbatch") is None:
         raise JobFailed("launcher: slurm needs sbatch on PATH (run on a Slurm login node)")
     folder = Path(run_dir) / "slurm"
     job = executor(folder, slurm, name).submit(fn, *args)
     print(f"{name}: submitted Slurm job {job.job_id}; logs in {folder}", flush=True)
-    poll, dead_after = slurm.get("poll_s", 5), slurm.get("dead_after_s", 120)
+    poll, dead_after = slurm.poll_s, slurm.dead_after_s
     gone_since = None
     while True:
         if _all_results(job):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 # Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
 # that editing them never reruns existing runs.
@@ -35,7 +35,7 @@ class Guard:
     engine crosses `d_max`, the next `cooldown` steps' rollouts come from `action`'s engine
     (GUARD_ACTIONS: `fallback`, the standard BF16 engine, synchronous; `sync`, staleness 0 with the
     row's numerics; `fallback_numerics`, BF16 numerics with the row's staleness); then the row's engine
-    again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.config.guard_line)."""
+    again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.spec.Experiment.guard_line)."""
     d_max: float | str
     window: int
     action: str
@@ -53,6 +53,11 @@ class Guard:
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def resolved(self, line: float) -> "Guard":
+        """The guard a run runs: `d_max: budget` resolved to `line` (the experiment's admission line L,
+        opd.spec.Experiment.guard_line), a number as a float."""
+        return replace(self, d_max=float(line) if self.d_max == "budget" else float(self.d_max))
+
     @property
     def keeps_numerics(self) -> bool:
         """Whether the action's engine keeps the row's numerics (`sync`); otherwise BF16 weights and cache."""
@@ -67,9 +72,9 @@ class Guard:
 @dataclass(frozen=True)
 class Row:
     name: str
-    weights: str = "none"  # a weight recipe of opd.quant.RECIPES
+    weights: str = "none"  # a weight recipe of opd.recipes.RECIPES
     activations: str = "none"  # an activation recipe: the inputs of the quantized layers' linear layers
-    kv_cache: str = "none"  # a KV-cache recipe of opd.quant.RECIPES
+    kv_cache: str = "none"  # a KV-cache recipe of opd.recipes.RECIPES
     bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
     staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
     noise_sigma: float = 0.0  # fixed-direction Gaussian weight noise, relative to each tensor's RMS

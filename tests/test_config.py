@@ -5,6 +5,7 @@ import pytest
 
 from opd import config as C
 from opd.rows import Row
+from opd.spec import Experiment
 
 
 def err(cfg) -> str:
@@ -185,7 +186,9 @@ def test_bad_row_lr(toy_config, lr):
 def test_row_lr_reaches_the_runs_settings_and_reference_does_not(toy_config):
     _, r = row(toy_config, "lr3e-5-k1")
     train = toy_config["experiments"]["toy"]["train"]
-    assert C.run_settings(train, Row.of(r))["lr"] == 3e-5 and C.run_settings(train, Row("x"))["lr"] == train["lr"]
+    e = Experiment.of(toy_config)
+    assert e.settings(Row.of(r)).lr == 3e-5 and e.settings(Row("x")).lr == train["lr"]
+    assert e.settings(Row.of(r)).written() == {**train, "lr": 3e-5}  # what the run's spec holds
     run = next(x for x in C.runs(toy_config) if x.name == "lr3e-5-k1")
     assert "reference" not in run.row.params() and run.row.params()["lr"] == 3e-5  # editing a reference retrains nothing
     assert not Row.of(r).in_budget and Row.of({"name": "x", "weights": "nvfp4"}).in_budget
@@ -234,13 +237,13 @@ def test_a_guard_that_could_not_act_is_named(toy_config, name, guard, msg):
 
 
 def test_guard_budget_resolves_to_the_admission_line_and_reaches_the_spec(toy_config):
-    e = toy_config["experiments"]["toy"]
+    e = Experiment.of(toy_config)
     _, r = row(toy_config, "nvfp4-w4a4-guard")
     g = Row.of(r)
     assert not g.in_budget and Row.of({**r, "guard": None}).in_budget  # a guarded row is not one engine
-    assert C.guard_spec(e, g)["d_max"] == r["guard"]["d_max"] and C.guard_spec(e, Row.of({"name": "x"})) is None
+    assert e.guard(g).d_max == r["guard"]["d_max"] and e.guard(Row.of({"name": "x"})) is None
     b = Row.of({**r, "guard": {**r["guard"], "d_max": "budget"}})
-    assert C.guard_spec(e, b)["d_max"] == e["admission"]["L"] == C.guard_line(e)
+    assert e.guard(b).d_max == toy_config["experiments"]["toy"]["admission"]["L"] == e.guard_line
     back = Row.of(b.resolved())  # rows.parquet's form: the guard as a JSON string
     assert back.guard == b.guard and back.params()["guard"] == b.params()["guard"]
 
@@ -250,3 +253,33 @@ def test_a_guarded_row_is_not_plain_opd_so_no_plain_engine_table_takes_it(toy_co
     rows of one engine; a guarded row mixes engines."""
     _, r = row(toy_config, "stale-k4-guard")
     assert not Row.of(r).is_plain_opd and Row.of({k: v for k, v in r.items() if k != "guard"}).is_plain_opd
+
+
+def test_students_fields_are_typed_and_each_backend_names_what_it_needs(toy_config):
+    """A student is an opd.spec.Student: an unknown or mistyped field, or one its backend needs and lacks, is
+    named before any job starts (not a KeyError while a job reads it)."""
+    toy = toy_config["experiments"]["toy"]["students"]
+    cfg = copy.deepcopy(toy_config)
+    cfg["experiments"]["toy"]["students"]["qwen-s"]["head"] = 2
+    assert "experiment 'toy', field 'students.qwen-s'" in err(cfg) and "head" in err(cfg)
+    cfg = copy.deepcopy(toy_config)
+    cfg["experiments"]["toy"]["students"]["qwen-s"]["heads"] = "2"
+    assert "experiment 'toy', field 'students.qwen-s.heads'" in err(cfg)
+    cfg = copy.deepcopy(toy_config)
+    del cfg["experiments"]["toy"]["students"]["qwen-m"]["d_ff"]
+    assert "experiment 'toy', field 'students.qwen-m.d_ff': the tiny backend needs it" in err(cfg)
+    cfg = copy.deepcopy(toy_config)
+    del cfg["experiments"]["paper"]["students"]["r1-7b"]["teacher"]
+    assert "experiment 'paper', field 'students.r1-7b.teacher': the verl backend needs it" in err(cfg)
+    cfg = copy.deepcopy(toy_config)
+    del cfg["experiments"]["paper"]["verl"]
+    assert "experiment 'paper', field 'verl.data': the verl backend needs it" in err(cfg)
+    assert Experiment.of(toy_config).students["qwen-s"].written() == toy["qwen-s"]
+
+
+def test_an_experiment_without_eval_every_is_valid_and_evaluates_its_first_and_last_step(toy_config):
+    del toy_config["experiments"]["toy"]["train"]["eval_every"]
+    del toy_config["experiments"]["paper"]["train"]["eval_every"]
+    C.validate(toy_config)
+    assert Experiment.of(toy_config, "toy").train.eval_steps() == [0, 100]
+    assert Experiment.of(toy_config, "paper").train.eval_steps() == [0, 200]

@@ -109,8 +109,7 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
     store.write_table(load("kv_attribution").attribution(seqs, 500, 0), a / "kv_attribution.parquet")
     if any("guard" in r for r in rows):
         load("guard_analysis").main(Files(steps=out.steps, verdicts=out.verdicts), Files([str(a / "guard.parquet")]),
-                                    SimpleNamespace(rows=params.rows, baseline="bf16",
-                                                    experiment={"admission": {"alpha": 1.5, "L": 0.41}}))
+                                    SimpleNamespace(rows=params.rows, baseline="bf16", guard_line=0.41))
     thr = pd.concat([store.read_table(steps[0]).assign(k=k, step_s=0.1 / (1 + 0.2 * (k > 0))) for k in (0, 1, 2)])
     store.write_table(thr, a / "async_throughput.parquet")
     store.write_table(pd.DataFrame([{"kv_cache": kv, "batch": b, "seconds": 1.0, "tokens": b * 30,

@@ -8,6 +8,7 @@ from opd import config as C
 from opd import store
 from opd.guard import GuardState, max_activations
 from opd.rows import Guard, Row
+from opd.spec import Experiment
 
 
 def drive(g: GuardState, d, steps: int) -> GuardState:
@@ -54,19 +55,18 @@ def test_no_false_alarm_on_the_standard_engine():
     """Every committed BF16 run of the toy (every student and seed) through each guarded row's guard:
     no activation. The guard's line is more than 10x the largest window mean of the standard engine's
     d_n, and more than 10x the seed-level spread of its D (the runs' mean d_n)."""
-    cfg = C.load()
-    e = cfg["experiments"]["toy"]
-    guards = [C.guard_spec(e, r) for r in C.rows(cfg, "toy") if r.guard]
+    e = Experiment.of(C.load(), "toy")
+    guards = [e.guard(r) for r in e.rows if r.guard]
     paths = sorted(glob.glob("results/toy/runs/bf16.*/steps.parquet"))
     assert guards and len(paths) >= 8
     runs = [store.read_table(p) for p in paths]
-    for spec in guards:
+    for guard in guards:
         for st in runs:
-            g = drive(GuardState.of_spec(spec, 0, len(st)), lambda n: st["d_n"].iloc[n], len(st))
-            assert g.activations == 0, (spec, st["run_id"].iloc[0])
-            assert st["d_n"].rolling(spec["window"]).mean().max() < spec["d_max"] / 10
+            g = drive(GuardState.of(guard, 0, len(st)), lambda n: st["d_n"].iloc[n], len(st))
+            assert g.activations == 0, (guard, st["run_id"].iloc[0])
+            assert st["d_n"].rolling(guard.window).mean().max() < guard.d_max / 10
         D = [st["d_n"].mean() for st in runs]
-        assert max(D) - min(D) < spec["d_max"] / 10
+        assert max(D) - min(D) < guard.d_max / 10
 
 
 @pytest.mark.parametrize("action,numerics,staleness", [("fallback", False, False), ("sync", True, False),

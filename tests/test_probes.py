@@ -164,14 +164,14 @@ def test_probe_point_exact_engine_has_no_error_and_a_noisy_one_has(models):
 
 # ---------------------------------------------------------------- a probed run and the stage
 
-def tiny_run(tmp_path, student, teacher, name, row, steps=4, probe=None, job=trainer.train_job, **kw):
+def tiny_run(tmp_path, student, teacher, name, row, steps=4, probe=None, job=trainer.train_job, guard=None, **kw):
     M.save(student, tmp_path / "student.pt")
     M.save(teacher, tmp_path / "teacher.pt")
-    spec = {"run_id": f"{name}.m.s0", "row": row, "seed": 0, "student": "m",
+    spec = {"experiment": "t", "backend": "tiny", "run_id": f"{name}.m.s0", "row": row, "seed": 0, "student": "m",
             "student_path": str(tmp_path / "student.pt"), "teacher_path": str(tmp_path / "teacher.pt"),
             "settings": {"steps": steps, "prompts_per_step": 2, "responses_per_prompt": 2, "lr": 1e-3,
                          "eval_every": 2, "eval_responses": 1, "checkpoint_every": 2, "task_seed": 0},
-            **({"probes": probe} if probe else {})}
+            **({"probes": probe} if probe else {}), **({"guard": guard} if guard else {})}
     run_dir = tmp_path / name
     return spec, run_dir, job(spec, run_dir, **kw)
 
@@ -208,7 +208,8 @@ def test_a_run_keeps_the_weights_its_probes_read_also_across_a_resume(tmp_path, 
     with pytest.raises(ValueError, match=r"lacks the kept policy versions \[0\]"):
         tiny_run(tmp_path, student, teacher, "other", row, job=trainer.train_run, keep={0, 4})
     with pytest.raises(ValueError, match="a guarded run cannot be probed"):
-        trainer.train_job({"run_id": "g.m.s0", "probes": PROBE, "guard": {"d_max": 0.1}}, tmp_path / "g")
+        tiny_run(tmp_path, student, teacher, "g", {"name": "g", "noise_sigma": 0.1}, probe=PROBE,
+                 guard={"d_max": 0.1, "window": 2, "action": "fallback", "cooldown": 2})
     # keeping weights changes nothing in training
     _, plain_dir, _ = tiny_run(tmp_path, student, teacher, "plain", row, job=trainer.train_run)
     a, b = (store.read_table(d / "steps.parquet") for d in (straight_dir, plain_dir))

@@ -53,9 +53,12 @@ def test_training_without_a_terminal_prints_progress_and_its_summary(base, tmp_p
     assert float(re.search(r"wall time ([\d.]+) s", summary).group(1)) == pytest.approx(meta["wall_s"], abs=0.06)
 
 
+OFFLINE = {"experiment": "t", "backend": "tiny", "task_seed": 0, "student": "s", "teacher_path": None}  # a spec file's
+
+
 def test_measurement_without_a_terminal_prints_progress_and_what_it_wrote(base, tmp_path, capsys):
     out = tmp_path / "memory_bound.parquet"
-    memory_bound_job({"student_path": str(base / "student.pt"), "task_seed": 0, "kv_budget_sequences": 4,
+    memory_bound_job({**OFFLINE, "student_path": str(base / "student.pt"), "kv_budget_sequences": 4,
                       "batches": [4, 8], "repeats": 1}, out)
     err = capsys.readouterr().err.splitlines()
     cases = [int(m.group(1)) for m in (re.match(r"memory-bound: case (\d)/6 ", ln) for ln in err) if m]
@@ -66,7 +69,7 @@ def test_measurement_without_a_terminal_prints_progress_and_what_it_wrote(base, 
 
 def test_kv_attribution_without_a_terminal_prints_every_case_and_what_it_wrote(base, tmp_path, capsys):
     out = tmp_path / "kv.parquet"
-    kv_attribution_job({"student_path": str(base / "student.pt"), "student": "s", "task_seed": 0, "seed": 0,
+    kv_attribution_job({**OFFLINE, "student_path": str(base / "student.pt"), "seed": 0,
                         "prompts": 4, "responses": 2, "recipes": ["fp8_e4m3"]}, out)
     err = capsys.readouterr().err.splitlines()
     done = [re.match(r"kv-attribution s: case (\d+)/(\d+) .*recipe=fp8_e4m3", ln) for ln in err]

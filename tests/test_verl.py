@@ -21,6 +21,7 @@ from opd import quant
 from opd.backends.verl import data, hook, logparse, plan
 from opd.backends.verl.__main__ import main as verl_cli
 from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides, run_overrides
+from opd.spec import Experiment
 
 VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -436,17 +437,17 @@ def test_ray_workers_wait_for_the_head_to_listen():
 
 
 def test_admission_and_attribution_jobs_take_one_gpu_not_the_training_shape():
-    from opd import launch
-    paper = C.load()["experiments"]["paper"]
-    spec = {"backend": "verl", "row": {"name": "bf16"}, "verl": paper["verl"]}
-    train = launch.train_shape(spec, paper["slurm"])
-    assert train["nodes"] == 2 and train["gpus_per_node"] == 4  # a training run: teacher node + trainer node
+    from opd import dag, launch
+    from opd.spec import Slurm
+    e = Experiment.of(C.load(), "paper")
+    spec = dag.train_spec(e, next(r for r in e.runs() if r.name == "bf16"), {})
+    train = launch.train_shape(spec, Slurm.of(C.load()["experiments"]["paper"]["slurm"]))
+    assert train.nodes == 2 and train.gpus_per_node == 4  # a training run: teacher node + trainer node
     # what run_job passes: the site's and the experiment's settings as the launcher file holds them
-    shape = launch.single_job_shape(spec, {**C.load()["slurm"], **paper["slurm"]})
-    assert shape["nodes"] == 1 and shape["gpus_per_node"] == 1 and shape["time_min"] == paper["slurm"]["time_min"]
-    assert shape["tasks_per_node"] == 1
-    toy = {"backend": "tiny"}
-    assert not launch.single_job_shape(toy, {"nodes": 1, "cpus_per_task": 2}).get("gpus_per_node")  # toy on Slurm
+    shape = launch.single_job_shape(spec.backend, e.launcher.slurm)
+    assert shape.nodes == 1 and shape.gpus_per_node == 1 and shape.time_min == e.slurm.time_min == 480
+    assert shape.tasks_per_node == 1 and shape.poll_s == C.load()["slurm"]["poll_s"]
+    assert not launch.single_job_shape("tiny", Slurm.of({"nodes": 1, "cpus_per_task": 2})).gpus_per_node  # toy
 
 
 # ---- verl's fully-async trainer and rollouter, as far as they run on a CPU --------------------------------------
@@ -723,14 +724,14 @@ def test_layout_slurm_shape_follows_verls_pool_arithmetic(paper):
     from verl.trainer.ppo.utils import Role
     from verl.utils.config import omega_conf_to_dataclass
 
-    from opd import launch
-    slurm = C.load()["experiments"]["paper"]["slurm"]
+    from opd import dag, launch
+    e = Experiment.of(C.load(), "paper")
+    slurm = e.slurm
     for run_id, (r, ov) in paper.items():
         k = r.row.staleness
         cfg = verl_compose(ov, k > 0)
-        spec = {"backend": "verl", "row": r.row.params(), "verl": C.load()["experiments"]["paper"]["verl"]}
-        shape = launch.train_shape(spec, slurm)
-        assert shape["tasks_per_node"] == 1 and shape["cpus_per_task"] == slurm["cpus_per_task"]
+        shape = launch.train_shape(dag.train_spec(e, r, {}), slurm)
+        assert shape.tasks_per_node == 1 and shape.cpus_per_task == slurm.cpus_per_task == 64
         pools = create_resource_pool_manager(cfg, roles=[Role.Actor]).resource_pool_spec  # {"trainer_pool": [...]}
         roll = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
         per_replica = roll.tensor_model_parallel_size * roll.data_parallel_size * roll.pipeline_model_parallel_size
@@ -744,9 +745,9 @@ def test_layout_slurm_shape_follows_verls_pool_arithmetic(paper):
             (teacher,) = omega_conf_to_dataclass(cfg.distillation).teacher_models.values()
             assert teacher.num_replicas * teacher.per_replica_world_size == sum(pools["teacher_pool"])
         # every pool on whole nodes of the job; together they fill it
-        assert all(g == shape["gpus_per_node"] for p in pools.values() for g in p), (run_id, pools)
-        assert sum(len(p) for p in pools.values()) == shape["nodes"], (run_id, pools, shape)
-        assert shape["nodes"] == {(0, True): 2, (0, False): 1}.get((k, cfg.distillation.enabled), 3 if k else None)
+        assert all(g == shape.gpus_per_node for p in pools.values() for g in p), (run_id, pools)
+        assert sum(len(p) for p in pools.values()) == shape.nodes, (run_id, pools, shape)
+        assert shape.nodes == {(0, True): 2, (0, False): 1}.get((k, cfg.distillation.enabled), 3 if k else None)
 
 
 def test_d_n_is_verls_two_logged_parts_over_the_same_tokens():

@@ -43,14 +43,17 @@ def toy(tmp_path_factory):
     return {"dir": out, "data": data, **models}
 
 
-def spec_for(toy, **fields) -> dict:
-    return {"experiment": "cpu", "backend": "verl", "student": "toy", "seed": 0, "run_id": "x.toy.s0",
-            "row": {"name": "bf16"},
-            "student_spec": {"model": str(toy["dir"] / "student"), "teacher": str(toy["dir"] / "teacher"), "layers": 2},
-            "settings": {"steps": 10, "eval_every": 10, "checkpoint_every": 10, "eval_responses": 8,
-                         "max_response_length": 40},
-            "verl": {"data": {"train": str(toy["data"]["train"]), "heldout": [str(toy["data"]["heldout"])]},
-                     "engine": ENGINE}, **fields}
+def spec_for(toy, kind="train", **fields) -> dict:
+    """A verl job's spec file (opd.spec: TrainSpec, or AdmissionSpec with kind="admission") for the toy models."""
+    common = {"experiment": "cpu", "backend": "verl", "student": "toy", "seed": 0, "row": {"name": "bf16"},
+              "student_path": None, "teacher_path": None,
+              "student_spec": {"model": str(toy["dir"] / "student"), "teacher": str(toy["dir"] / "teacher"), "layers": 2},
+              "settings": {"steps": 10, "eval_every": 10, "checkpoint_every": 10, "eval_responses": 8,
+                           "max_response_length": 40},
+              "verl": {"data": {"train": str(toy["data"]["train"]), "heldout": [str(toy["data"]["heldout"])]},
+                       "engine": ENGINE}}
+    own = {"run_id": "x.toy.s0"} if kind == "train" else {"task_seed": 0, "prompts": N_TRAIN, "responses": 4}
+    return {**common, **own, **fields}
 
 
 def run_in_vllm(python, *args, cwd):
@@ -75,7 +78,7 @@ def test_admission_check_applies_the_rows_numerics_in_a_real_vllm_engine(toy, vl
     d_hat = {}
     for row in rows:
         spec = tmp_path / f"{row['name']}.json"
-        spec.write_text(json.dumps(spec_for(toy, row=row, prompts=N_TRAIN, responses=4)))
+        spec.write_text(json.dumps(spec_for(toy, "admission", row=row)))
         out = tmp_path / f"{row['name']}.parquet"
         run_in_vllm(vllm_python, "-m", "opd.cli", "admission", "--spec", str(spec), "--out", str(out), cwd=ROOT)
         d_hat[row["name"]] = float(stats.offline_estimates(store.read_table(out), ["config"])["d_hat"].iloc[0])
@@ -127,8 +130,10 @@ from vllm import LLM, SamplingParams
 from vllm.inputs import TokensPrompt
 from opd.backends.verl import gpu
 from opd.backends.verl.overrides import HOOK
+from opd.spec import Verl
 spec, ckpt, out, mode = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
-llm = LLM(ckpt if mode == "fresh" else spec["student_spec"]["model"], worker_extension_cls=HOOK, **gpu._engine_args(spec))
+llm = LLM(ckpt if mode == "fresh" else spec["student_spec"]["model"], worker_extension_cls=HOOK,
+          **gpu._engine_args(spec["seed"], Verl.of(spec["verl"])))
 prompts = [TokensPrompt(prompt_token_ids=p) for p in spec["sequences"]]
 sp = SamplingParams(max_tokens=4, temperature=1.0, seed=7, logprobs=0)
 def sample():

@@ -1,13 +1,16 @@
 """The two backends, and the one place that maps a job kind and a backend to the function computing it.
 
 `tiny` is plain PyTorch on a CPU (opd.backends.tiny); `verl` is verl + vLLM on GPUs (opd.backends.verl).
-Both write the same files (DESIGN.md's Parquet contracts). A job a backend lacks is absent from JOBS,
-and asking for it is an error that names the backend and the job.
+Both write the same files (the Parquet contracts of opd.store: STEPS, HELDOUT). A job a backend lacks is
+absent from JOBS, and asking for it is an error that names the backend and the job. Every job function takes
+its job's typed spec (opd.spec) and reads attributes only.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Callable
+
+from opd.spec import Student
 
 JOBS: dict[tuple[str, str], str] = {
     ("train", "tiny"): "opd.backends.tiny.trainer:train_job",
@@ -34,12 +37,13 @@ def job(kind: str, backend: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def train_flops_per_token(student: dict, backend: str) -> float:
+def train_flops_per_token(student: Student | dict, backend: str) -> float:
     """Forward + backward FLOPs per trained token: 3 x the student's forward FLOPs (tiny: counted from
     the architecture at the task's full sequence length; verl: 2 x n_params from the student's spec)."""
+    student = Student.of(student)
     if backend == "tiny":
         from opd.backends.tiny.sft import model_config
         from opd.backends.tiny.model import flops_per_token
         from opd.backends.tiny.task import PROMPT_LEN, RESPONSE_LEN
         return 3 * flops_per_token(model_config(student), PROMPT_LEN + RESPONSE_LEN)
-    return 3 * 2 * float(student["n_params"])
+    return 3 * 2 * float(student.n_params)

@@ -24,15 +24,15 @@ rule analysis:
     params:
         rows=[r.resolved() for r in ROWS.values()],
         baseline=BASELINE,
-        tau=E["tau"],
-        taus=E.get("taus", [E["tau"]]),
-        bootstrap=E["bootstrap"],
-        admission=E["admission"],
-        rl_collapse=E.get("rl_collapse", {}),
+        tau=EXPERIMENT.tau,
+        taus=list(EXPERIMENT.taus),
+        bootstrap=EXPERIMENT.bootstrap.written(),
+        admission=EXPERIMENT.admission.written(),
+        rl_collapse=EXPERIMENT.rl_collapse.written(),  # as config.yaml writes it: the script reads opd.spec.RLCollapse
         primary=PRIMARY,
-        train_lr=E["train"]["lr"],
-        infra=E.get("infra", {}),
-        students=E["students"],
+        train_lr=EXPERIMENT.train.lr,
+        infra=EXPERIMENT.infra.written(),
+        students={name: s.written() for name, s in EXPERIMENT.students.items()},
         backend=BACKEND,
     log:
         f"logs/{EXP}/analysis.log",
@@ -51,7 +51,7 @@ rule guard_analysis:
     params:
         rows=[r.resolved() for r in ROWS.values()],
         baseline=BASELINE,
-        experiment=E,
+        guard_line=EXPERIMENT.guard_line,  # what a guard's `d_max: budget` means
     log:
         f"logs/{EXP}/guard_analysis.log",
     script:

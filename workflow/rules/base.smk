@@ -3,7 +3,7 @@
 
 rule base_models:
     input:
-        spec=lambda w: spec_file("base", w.student, job_spec(student=w.student, student_spec=E["students"][w.student])),
+        spec=lambda w: spec_file(dag.base_spec(EXPERIMENT, w.student)),
     output:
         student=f"{MODELS}/{{student}}/student.pt",
         teacher=f"{MODELS}/{{student}}/teacher.pt",

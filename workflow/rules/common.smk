@@ -1,19 +1,23 @@
-# The selected experiment, its runs and the paths every rule shares.
-EXP = config["experiment"]
-E = config["experiments"][EXP]
-BACKEND = E["backend"]
-ROWS = {r.name: r for r in C.rows(config)}  # opd.rows.Row: defaults and predicates, written once
-BASELINE = C.baseline_row(config).name
-RUNS = {r.run_id: r for r in C.runs(config)}
-PRIMARY = next(iter(E["students"]))
-STUDENT_RANK = {s: i for i, s in enumerate(sorted(E["students"], key=lambda s: C.student_params(E["students"][s])))}
+# The selected experiment, its runs and the paths every rule shares. EXPERIMENT (opd.spec.Experiment) holds
+# every setting with its default resolved; the job specs are built from it by opd.dag.
+from opd import dag
+from opd.spec import Experiment, Probes, run_id
+
+EXPERIMENT = Experiment.of(config)
+EXP = EXPERIMENT.name
+E = config["experiments"][EXP]  # the experiment as config.yaml writes it (passed on where a script reads that form)
+BACKEND = EXPERIMENT.backend
+ROWS = {r.name: r for r in EXPERIMENT.rows}  # opd.rows.Row: defaults and predicates, written once
+BASELINE = EXPERIMENT.baseline.name
+RUNS = {r.run_id: r for r in EXPERIMENT.runs()}
+PRIMARY = EXPERIMENT.primary
+STUDENT_RANK = dag.student_rank(EXPERIMENT)
 OUT = f"results/{EXP}"
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"
 # Where training jobs run: written to a file that is not an input, so switching launcher or editing
 # the site's Slurm settings never reruns finished runs.
-LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", {
-    "launcher": config["launcher"], "slurm": {**config.get("slurm", {}), **E.get("slurm", {})}})
+LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", EXPERIMENT.launcher.to_json())
 # The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
 # its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
 # checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,
@@ -38,26 +42,14 @@ MODELS = f"{OUT}/_models"
 
 def base_inputs(student):
     """A tiny-backend student's checkpoint and its teacher's (none for verl: its models are named in config)."""
-    if BACKEND != "tiny":
-        return {}
-    return {"student": f"{MODELS}/{student}/student.pt", "teacher": f"{MODELS}/{student}/teacher.pt"}
+    return dag.base_paths(EXPERIMENT, MODELS, student)
 
 
-def job_spec(**extra):
-    """What every job computes from: the experiment, its backend, the task seed and the job's own fields
-    (and, for verl, the experiment's verl settings: models, data, layout)."""
-    spec = {"experiment": EXP, "backend": BACKEND, "task_seed": E["train"].get("task_seed", 0), **extra}
-    if BACKEND == "verl":
-        spec["verl"] = E.get("verl", {})
-        spec.setdefault("settings", E["train"])  # a training run passes its own (C.run_settings)
-    return spec
-
-
-def spec_file(kind, name, spec):
-    """A job's spec as a file under results/<experiment>/_jobs/, (re)written only when its content
-    changes. It is the job's input, so changing a row reruns exactly that row's jobs, also in a fresh
-    clone without Snakemake's metadata."""
-    return C.write_if_changed(f"{OUT}/_jobs/{kind}/{name}.json", spec)
+def spec_file(spec):
+    """A job's spec (opd.spec: built by opd.dag) as a file under results/<experiment>/_jobs/ (its path:
+    dag.spec_path), (re)written only when its content changes. It is the job's input, so changing a row
+    reruns exactly that row's jobs, also in a fresh clone without Snakemake's metadata."""
+    return C.write_if_changed(dag.spec_path(OUT, spec), spec.to_json())
 
 
 def opd_engine_rows():

@@ -17,12 +17,12 @@ rule findings:
     output:
         md=f"{FIG}/findings.md",
     params:
-        tau=E["tau"],
+        tau=EXPERIMENT.tau,
         baseline=BASELINE,
         primary=PRIMARY,
-        alpha=E["admission"]["alpha"],
-        L=E["admission"]["L"],
-        rl_collapse=E.get("rl_collapse", {}),
+        alpha=EXPERIMENT.admission.alpha,
+        L=EXPERIMENT.admission.L,
+        rl_collapse=EXPERIMENT.rl_collapse.written(),
     log:
         f"logs/{EXP}/findings.log",
     script:

@@ -6,11 +6,13 @@ import re
 
 PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
               and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
-PROBE_RUNS = [C.run_id(r.name, PRIMARY, (r.seeds or E["seeds"])[0]) for r in PROBE_ROWS]
-# 128 prompts x 2 responses: ~6,000 prefixes per set, where T / U repeats within ~15% over probe seeds
-# (over probe seeds at step 0, S / U spreads up to 2.5x at sigma 0.15: two extra seeds at the first and last step show it)
-PROBES = {"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2], "sample_prefixes": 200,
-          "steps": C.eval_steps(E["train"]["steps"], E["train"]["eval_every"])}
+PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
+# The probes' settings (opd.spec.Probes), the one place they are set; a probed run's spec holds them, so
+# changing one retrains exactly the probed runs. 128 prompts x 2 responses: ~6,000 prefixes per set, where
+# T / U repeats within ~15% over probe seeds (over probe seeds at step 0, S / U spreads up to 2.5x at sigma
+# 0.15: two extra seeds at the first and last step show it); probed at the runs' evaluation steps.
+PROBES = Probes.of({"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2], "sample_prefixes": 200,
+                    "steps": EXPERIMENT.train.eval_steps()})
 MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
              + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs")
                 for ext in ("md", "tex", "html")]

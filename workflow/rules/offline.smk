@@ -4,22 +4,19 @@ ADMISSION = [f"{OUT}/admission/{r.name}.{s}.parquet" for r in opd_engine_rows() 
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
 KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
-KV_ATTRIBUTION = {"prompts": 64, "responses": 4, **E.get("kv_attribution", {})}  # config.yaml's, over these defaults
 STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 
 
-def offline_inputs(kind, name, student, **fields):
+def offline_inputs(build, student, *args):
+    """A measurement's inputs: the base models (tiny) and its spec file, `build(EXPERIMENT, student, base, *args)`
+    (an opd.dag function)."""
     base = base_inputs(student)
-    if BACKEND == "verl":  # the models come from the student's spec, not from a base-model checkpoint
-        fields["student_spec"] = E["students"][student]
-    spec = job_spec(student=student, student_path=base.get("student"), teacher_path=base.get("teacher"), **fields)
-    return {**base, "spec": spec_file(kind, name, spec)}
+    return {**base, "spec": spec_file(build(EXPERIMENT, student, base, *args))}
 
 
 rule admission:
     input:
-        unpack(lambda w: offline_inputs("admission", f"{w.row}.{w.student}", w.student, row=ROWS[w.row].params(),
-                                        **{k: v for k, v in E["admission"].items() if k in ("prompts", "responses", "seed")})),
+        unpack(lambda w: offline_inputs(lambda e, s, base: dag.admission_spec(e, ROWS[w.row], s, base), w.student)),
     output:
         f"{OUT}/admission/{{row}}.{{student}}.parquet",
     shell:
@@ -30,8 +27,7 @@ rule kv_attribution_student:
     """One student's cases (every layer, one layer, all but one; keys and values, keys only, values only),
     one row per case and sequence."""
     input:
-        unpack(lambda w: offline_inputs("kv_attribution", w.student, w.student, recipes=KV_CACHE_RECIPES,
-                                        **KV_ATTRIBUTION, seed=E["admission"].get("seed", 0))),
+        unpack(lambda w: offline_inputs(dag.kv_attribution_spec, w.student, KV_CACHE_RECIPES)),
     output:
         f"{OUT}/kv_attribution/{{student}}.parquet",
     shell:
@@ -46,7 +42,7 @@ rule kv_attribution:
     output:
         f"{ANALYSIS}/kv_attribution.parquet",
     params:
-        bootstrap=E["bootstrap"],
+        bootstrap=EXPERIMENT.bootstrap.written(),
     log:
         f"logs/{EXP}/kv_attribution.log",
     script:
@@ -56,8 +52,7 @@ rule kv_attribution:
 rule throughput:
     """tiny: measured short runs at each k. verl: read from the staleness runs themselves (rule below)."""
     input:
-        unpack(lambda w: offline_inputs("throughput", PRIMARY, PRIMARY, seed=0, ks=STALENESS, settings=E["train"],
-                                        steps=E["infra"]["throughput_steps"])),
+        unpack(lambda w: offline_inputs(dag.throughput_spec, PRIMARY, STALENESS)),
     output:
         f"{ANALYSIS}/async_throughput.parquet",
     threads: workflow.cores
@@ -67,8 +62,7 @@ rule throughput:
 
 rule memory_bound:
     input:
-        unpack(lambda w: offline_inputs("memory_bound", PRIMARY, PRIMARY, batches=E["infra"]["memory_bound_batches"],
-                                        kv_budget_sequences=E["infra"]["kv_budget_sequences"])),
+        unpack(lambda w: offline_inputs(dag.memory_bound_spec, PRIMARY)),
     output:
         f"{ANALYSIS}/memory_bound.parquet",
     threads: workflow.cores

@@ -14,8 +14,9 @@ ANALYSIS_FILES = {
     "guard": rules.guard_analysis.output[0],
 }
 OUTPUTS = O.selected(E)
-OUTPUT_PARAMS = {"experiment": EXP, "tau": E["tau"], "baseline": BASELINE, "primary": PRIMARY,
-                 "infra": E.get("infra", {}), "students": E["students"], "backend": BACKEND}
+OUTPUT_PARAMS = {"experiment": EXP, "tau": EXPERIMENT.tau, "baseline": BASELINE, "primary": PRIMARY,
+                 "infra": EXPERIMENT.infra.written(), "backend": BACKEND,
+                 "students": {name: s.written() for name, s in EXPERIMENT.students.items()}}
 
 
 def output_files(o):

@@ -2,14 +2,10 @@
 
 
 def train_inputs(w):
-    r = RUNS[w.run_id]
-    base = base_inputs(r.student)
-    spec = job_spec(run_id=r.run_id, row=r.row.params(), student=r.student, seed=r.seed,
-                    student_spec=E["students"][r.student], settings=C.run_settings(E["train"], r.row),
-                    student_path=base.get("student"), teacher_path=base.get("teacher"),
-                    **({"guard": C.guard_spec(E, r.row)} if r.row.guard else {}),  # d_max as a number
-                    **({"probes": PROBES} if r.run_id in PROBE_RUNS else {}))  # mechanism.smk's probed runs
-    return {**base, "spec": spec_file("train", r.run_id, spec)}
+    run = RUNS[w.run_id]
+    base = base_inputs(run.student)
+    probes = PROBES if run.run_id in PROBE_RUNS else None  # mechanism.smk's probed runs
+    return {**base, "spec": spec_file(dag.train_spec(EXPERIMENT, run, base, probes))}
 
 
 rule train:

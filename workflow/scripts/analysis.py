@@ -4,6 +4,7 @@ import pandas as pd
 
 from opd import backends, scripts, stats, store
 from opd.rows import Row
+from opd.spec import Infra, RLCollapse
 
 
 def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame,
@@ -104,9 +105,9 @@ def time_to_kl(held: pd.DataFrame, st: pd.DataFrame, rows: list[Row], baseline: 
 
 def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: dict) -> pd.DataFrame:
     """poor-rl's infra columns per configuration: steps, median step seconds, throughput over a fixed
-    window of steps and its ratio to the baseline, rollout wait, an MFU estimate (training FLOPs only)
-    and the first step's p90 sequence log-ratio."""
-    lo, hi = window
+    window of steps (None: every step) and its ratio to the baseline, rollout wait, an MFU estimate (training
+    FLOPs only; none without peak_flops) and the first step's p90 sequence log-ratio."""
+    lo, hi = window or (0, float("inf"))
     w = st[(st["step"] >= lo) & (st["step"] < hi)]
     if w.empty:
         raise ValueError(f"infra.window [{lo}, {hi}) holds no training step (steps run: {int(st['step'].min())}-"
@@ -156,15 +157,15 @@ def main(inp, out, params):
     a = params.admission
     seqs = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)
     est = stats.offline_estimates(seqs, ["student", "config"], n_boot=b["resamples"], seed=b["seed"])
-    record = stats.admission_record(est, v, a["alpha"], a["L"], baselines=[params.baseline])
+    record = stats.admission_record(est, v, alpha=a["alpha"], L=a["L"], baselines=[params.baseline])
     store.write_table(record, out.admission)
     store.write_json(stats.admission_summary(record), out.admission_summary)
-    collapse = {**stats.RL_COLLAPSE_DEFAULTS, **getattr(params, "rl_collapse", {})}
+    collapse = RLCollapse.of(params.rl_collapse).thresholds()  # config.yaml's, over the defaults
     store.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
     store.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
     fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
-    window = params.infra.get("window", [0, 10**9])
-    store.write_table(infra(steps, params.baseline, window, params.infra.get("peak_flops"), fpt), out.infra)
+    i = Infra.of(params.infra)
+    store.write_table(infra(steps, params.baseline, i.window, i.peak_flops, fpt), out.infra)
 
 
 if "snakemake" in globals():

@@ -12,10 +12,9 @@ and no table, figure or finding reads them."""
 import numpy as np
 import pandas as pd
 
-from opd import config as C
 from opd import scripts, store
 from opd.guard import GuardState
-from opd.rows import Row
+from opd.rows import Guard, Row
 
 
 def tokens_per_s(st: pd.DataFrame) -> float:
@@ -35,34 +34,34 @@ def per_run(st: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def false_alarms(guard: dict, baseline_steps: pd.DataFrame) -> tuple[int, float]:
+def false_alarms(guard: Guard, baseline_steps: pd.DataFrame) -> tuple[int, float]:
     """The guard replayed over every standard-engine run given: activations in all, and the largest mean of
     d_n over its window (what the line must stay above)."""
     n, worst = 0, -np.inf
     for _, s in baseline_steps.sort_values("step").groupby("run_id"):
-        g = GuardState.of_spec(guard, 0, len(s))
+        g = GuardState.of(guard, 0, len(s))
         for step, d in zip(s["step"], s["d_n"]):
             g.observe(int(step), float(d))
         n += g.activations
-        worst = max(worst, float(s["d_n"].rolling(guard["window"]).mean().max()))
+        worst = max(worst, float(s["d_n"].rolling(guard.window).mean().max()))
     return n, worst
 
 
 def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], baseline: str,
-                 experiment: dict) -> pd.DataFrame:
+                 guard_line: float) -> pd.DataFrame:
+    """`guard_line`: what `d_max: budget` means (opd.spec.Experiment.guard_line)."""
     v = verdicts.set_index(["student", "config"])
     out = []
     for g in [r for r in rows if r.guard is not None]:
         plain = g.unguarded_in(rows)
-        spec = C.guard_spec(experiment, g)
+        spec = g.guard.resolved(guard_line)
         for student in sorted(steps.loc[steps["config"] == g.name, "student"].unique()):
             base = steps[(steps["config"] == baseline) & (steps["student"] == student)]
             base_tps = per_run(base)["tokens_per_s"].mean()
             runs = per_run(steps[(steps["config"] == g.name) & (steps["student"] == student)])
             alarms, worst = false_alarms(spec, base)
             rec = {"student": student, "config": g.name, "unguarded": plain.name if plain else None,
-                   "action": spec["action"], "d_max": spec["d_max"], "window": spec["window"],
-                   "cooldown": spec["cooldown"], "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
+                   "action": spec.action, "d_max": spec.d_max, "window": spec.window, "cooldown": spec.cooldown, "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
                    "activations": runs["activations"].mean(), "activations_max": int(runs["activations"].max()),
                    "tokens_per_s": runs["tokens_per_s"].mean(),
                    "cross_job_ratio": runs["tokens_per_s"].mean() / base_tps,
@@ -87,7 +86,7 @@ def main(inp, out, params):
     steps = store.read_table(inp.steps)
     verdicts = store.read_table(inp.verdicts)
     rows = [Row.of(r) for r in params.rows]
-    store.write_table(guard_record(steps, verdicts, rows, params.baseline, params.experiment), out[0])
+    store.write_table(guard_record(steps, verdicts, rows, params.baseline, params.guard_line), out[0])
 
 
 if "snakemake" in globals():

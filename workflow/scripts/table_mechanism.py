@@ -1,4 +1,4 @@
-"""The mechanism's numbers beside the paper's (PAPER.md, "Mechanism"): how T and S grow with the noise,
+"""The mechanism's numbers beside the paper's (its "Mechanism" section): how T and S grow with the noise,
 the error and the update on fixed prefixes over training, the bias bound, and OPD's bias against
 REINFORCE's. Every toy number is read from the probes' table (opd/backends/tiny/probes.py)."""
 import pandas as pd

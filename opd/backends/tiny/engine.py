@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opd.quant import FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, recipe, resolve_layers
+from opd.quant import FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, resolve_layers
+from opd.recipes import recipe
 from opd.rows import Row
 
 from .model import Decoder, ModelConfig
 from .task import EOS_ID, PAD_ID, RESPONSE_LEN
 
+
+def engine_version(step: int, staleness: int) -> int:
+    """The policy version the engine samples step `step`'s batch with, k = `staleness` updates stale."""
+    return max(0, step - staleness)
+
+
+def step_generator(*key: int) -> torch.Generator:
+    """A torch generator seeded by a tuple of integers (seed, step, stream, ...): every random draw of a run is
+    keyed so, and a resumed run repeats exactly the draws the killed one made."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> 1))
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,7 @@ class ActivationQuant:
 
     def __init__(self, model: Decoder, numerics: "Numerics", calibration: Callable[[], torch.Tensor] | None):
         self.recipe = recipe("activations", numerics.activations)
+        self.apply = self.recipe.apply  # opd.quant's function, looked up once
         keep = resolve_layers(numerics.bf16_layers, model.cfg.n_layers)
         self.amax: dict[str, torch.Tensor] = {}
         self.calibration, self.calibrating = calibration, False
@@ -60,7 +73,7 @@ class ActivationQuant:
                 a = x.detach().abs().amax().float()
                 self.amax[name] = torch.maximum(self.amax[name], a) if name in self.amax else a
                 return None
-            return (self.recipe.apply(x, self.amax[name]) if self.recipe.calibrated else self.recipe.apply(x),)
+            return (self.apply(x, self.amax[name]) if self.recipe.calibrated else self.apply(x),)
         return quantize_input
 
     @torch.no_grad()
@@ -71,6 +84,12 @@ class ActivationQuant:
                 model(self.calibration())
             finally:
                 self.calibrating = False
+
+
+class KVFormats(NamedTuple):
+    """Per layer, the FP8 format its keys and its values are stored in (None: the engine dtype)."""
+    keys: list
+    values: list
 
 
 class KVCache:
@@ -88,15 +107,15 @@ class KVCache:
         self.length = [0] * cfg.n_layers
 
     @staticmethod
-    def formats(cfg: ModelConfig, numerics: Numerics) -> tuple[list, list]:
+    def formats(cfg: ModelConfig, numerics: Numerics) -> "KVFormats":
         """Per layer, the FP8 format its keys and its values are stored in (None: the engine dtype)."""
         if numerics.kv_parts not in KV_PARTS:
             raise ValueError(f"unknown KV-cache part {numerics.kv_parts!r}; known: {sorted(KV_PARTS)}")
         fmt = recipe("kv_cache", numerics.kv_cache).fmt
         keep = resolve_layers(numerics.bf16_layers, cfg.n_layers)
         per_layer = [None if (fmt is None or i in keep) else fmt for i in range(cfg.n_layers)]
-        return ([f if "k" in numerics.kv_parts else None for f in per_layer],
-                [f if "v" in numerics.kv_parts else None for f in per_layer])
+        return KVFormats([f if "k" in numerics.kv_parts else None for f in per_layer],
+                         [f if "v" in numerics.kv_parts else None for f in per_layer])
 
     @staticmethod
     def _store(f, x):
@@ -194,7 +213,12 @@ class Engine:
         return resp[:, :t + 1], lp[:, :t + 1], mask[:, :t + 1]
 
 
-def token_logprobs(model: Decoder, rollout: Rollout, buckets: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+class TokenLogprobs(NamedTuple):
+    sampled: torch.Tensor  # (B, R): log p of each response token
+    full: torch.Tensor  # (B, R, V): log-probs of the whole vocabulary at each response position
+
+
+def token_logprobs(model: Decoder, rollout: Rollout, buckets: int = 4) -> TokenLogprobs:
     """A full forward pass over prompt + response: (log p of each response token (B, R), log-probs of the
     whole vocabulary (B, R, V)).
 
@@ -213,4 +237,4 @@ def token_logprobs(model: Decoder, rollout: Rollout, buckets: int = 4) -> tuple[
         logp = model(seq[rows, :P + w - 1])[:, P - 1:].float().log_softmax(-1)
         parts.append(F.pad(logp, (0, 0, 0, R - w)))
     full = torch.cat(parts)[torch.argsort(order)]
-    return full.gather(2, responses[:, :, None]).squeeze(2), full
+    return TokenLogprobs(full.gather(2, responses[:, :, None]).squeeze(2), full)

@@ -13,21 +13,23 @@ import torch
 from opd import progress, stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
+from opd.spec import AdmissionSpec, BaseSpec, KVAttributionSpec, MemoryBoundSpec, ThroughputSpec, TrainSpec
 
 from . import model as M
 from .sft import train_base
-from .engine import Engine, KVCache, Numerics
+from .engine import Engine, KVCache, Numerics, step_generator
 from .task import RESPONSE_LEN, make_task
-from .trainer import offline_logratios, set_threads, step_generator, train_run
+from .trainer import offline_logratios, set_threads, train_run
 
 
-def base_job(spec: dict, out: Path) -> None:
+def base_job(spec: BaseSpec, out: Path) -> None:
+    spec = BaseSpec.of(spec)
     t0 = time.perf_counter()
     set_threads(spec)
-    s = spec["student_spec"]
-    losses = train_base(s, spec["task_seed"], s.get("seed", 0), out, label=f"base {spec['student']}")
-    store.write_json({"student": spec["student"], "spec": s, **losses}, Path(out) / "base.json")
-    progress.done(f"base {spec['student']}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
+    s = spec.student_spec
+    losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.student}")
+    store.write_json({"student": spec.student, "spec": s.written(), **losses}, Path(out) / "base.json")
+    progress.done(f"base {spec.student}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
                   **losses)
 
 
@@ -37,81 +39,87 @@ def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: i
     return train.prompts(np.repeat(idx, n_responses))
 
 
-def admission_job(spec: dict, out: Path) -> None:
+def admission_job(spec: AdmissionSpec, out: Path) -> None:
     """The offline estimate for one row on one student: its engine generates P x R responses, the standard
     engine rescores them with the same (initial) student weights. One row per sequence (its summed
     log-ratio and token count), and the job's seconds on every row."""
+    spec = AdmissionSpec.of(spec)
     set_threads(spec)
-    student = M.load(spec["student_path"])
-    prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
+    student = M.load(spec.student_path)
+    prompts = _admission_prompts(spec.prompts, spec.responses, spec.task_seed, spec.seed)
     t = time.perf_counter()
-    sums, tokens = offline_logratios(student, Numerics.of_row(Row.of(spec["row"]), spec["seed"]), prompts,
-                                     spec["seed"], spec["task_seed"])
-    seqs = stats.sequence_frame(sums, tokens, spec["responses"], config=spec["row"]["name"], student=spec["student"])
+    sums, tokens = offline_logratios(student, Numerics.of_row(spec.row, spec.seed), prompts, spec.seed,
+                                     spec.task_seed)
+    seqs = stats.sequence_frame(sums, tokens, spec.responses, config=spec.row.name, student=spec.student)
     store.write_table(seqs.assign(seconds=time.perf_counter() - t), out)
-    progress.done(f"admission {spec['row']['name']}.{spec['student']}", [out], t)
+    progress.done(f"admission {spec.row.name}.{spec.student}", [out], t)
 
 
-def kv_attribution_job(spec: dict, out: Path) -> None:
+def kv_attribution_job(spec: KVAttributionSpec, out: Path) -> None:
     """Offline mismatch of an FP8 KV cache with every layer quantized, with one layer at a time, and
     with all layers but one (that one kept BF16); the first two also with keys only and values only in
     FP8. The same prompts and sampling seed for every case; one row per case and sequence."""
+    spec = KVAttributionSpec.of(spec)
     t0 = time.perf_counter()
     set_threads(spec)
-    student = M.load(spec["student_path"])
+    student = M.load(spec.student_path)
     n = student.cfg.n_layers
-    prompts = _admission_prompts(spec["prompts"], spec["responses"], spec["task_seed"], spec["seed"])
+    prompts = _admission_prompts(spec.prompts, spec.responses, spec.task_seed, spec.seed)
     frames = []
     cases = list(kv_attribution_cases(n))
-    bar = progress.Progress(f"kv-attribution {spec['student']}", len(spec["recipes"]) * len(cases), "case")
-    for recipe in spec["recipes"]:
+    bar = progress.Progress(f"kv-attribution {spec.student}", len(spec.recipes) * len(cases), "case")
+    for recipe in spec.recipes:
         for mode, layer, keep, part in cases:
             num = Numerics(kv_cache=recipe, bf16_layers=keep, kv_parts=part)
-            sums, tokens = offline_logratios(student, num, prompts, spec["seed"])
-            frames.append(stats.sequence_frame(sums, tokens, spec["responses"], student=spec["student"], recipe=recipe,
+            sums, tokens = offline_logratios(student, num, prompts, spec.seed)
+            frames.append(stats.sequence_frame(sums, tokens, spec.responses, student=spec.student, recipe=recipe,
                                                part=part, mode=mode, layer=layer))
             bar.update(recipe=recipe, mode=mode, layer=layer, part=part)
     store.write_table(pd.concat(frames, ignore_index=True), out)
-    progress.done(f"kv-attribution {spec['student']}", [out], t0)
+    progress.done(f"kv-attribution {spec.student}", [out], t0)
 
 
-def throughput_job(spec: dict, out: Path) -> None:
+def throughput_job(spec: ThroughputSpec, out: Path) -> None:
     """Short OPD runs at each staleness k with no evaluation, timing the trainer's steps (measured, on
     this machine's cores: rollout and training overlap in two threads when k > 0)."""
+    spec = ThroughputSpec.of(spec)
     t0 = time.perf_counter()
     set_threads(spec)
     frames = []
-    for k in spec["ks"]:
+    for k in spec.ks:
         with tempfile.TemporaryDirectory() as d:
-            run = {**spec, "run_id": f"throughput.k{k}", "row": {"name": f"k{k}", "staleness": k},
-                   "settings": {**spec["settings"], "steps": spec["steps"], "eval_every": 0}}
+            run = TrainSpec(experiment=spec.experiment, backend=spec.backend, run_id=f"throughput.k{k}",
+                            row=Row.of({"name": f"k{k}", "staleness": k}), student=spec.student, seed=spec.seed,
+                            settings=spec.settings.with_(steps=spec.steps, eval_every=0),
+                            student_path=spec.student_path, teacher_path=spec.teacher_path, threads=spec.threads)
             train_run(run, Path(d), progress=progress.steps_callback(f"throughput k={k}"))
             frames.append(store.read_table(Path(d) / "steps.parquet").assign(k=k))
     store.write_table(pd.concat(frames, ignore_index=True), out)
-    progress.done("throughput", [out], t0, ks=",".join(map(str, spec["ks"])), steps_per_k=spec["steps"])
+    progress.done("throughput", [out], t0, ks=",".join(map(str, spec.ks)), steps_per_k=spec.steps)
 
 
 @torch.no_grad()
-def memory_bound_job(spec: dict, out: Path) -> None:
+def memory_bound_job(spec: MemoryBoundSpec, out: Path) -> None:
     """Engine generation rate when the KV cache budget holds `kv_budget_sequences` BF16 sequences and a
     step asks for more: an FP8 cache holds twice the sequences per wave."""
+    spec = MemoryBoundSpec.of(spec)
     t0 = time.perf_counter()
     set_threads(spec)
-    student = M.load(spec["student_path"])
-    train, _ = make_task(spec["task_seed"])
+    student = M.load(spec.student_path)
+    train, _ = make_task(spec.task_seed)
     P = train.prompts([0]).shape[1]
-    budget = spec["kv_budget_sequences"] * KVCache.bytes_per_sequence(student.cfg, P + RESPONSE_LEN, Numerics())
+    budget = spec.kv_budget_sequences * KVCache.bytes_per_sequence(student.cfg, P + RESPONSE_LEN, Numerics())
     rows = []
     caches = [("none", ()), ("fp8_e4m3", ()), ("fp8_e4m3", (0,))]
-    bar = progress.Progress("memory-bound", len(caches) * len(spec["batches"]), "case")
+    bar = progress.Progress("memory-bound", len(caches) * len(spec.batches), "case")
     for recipe, keep in caches:
         engine = Engine(student.cfg, Numerics(kv_cache=recipe, bf16_layers=keep), kv_budget_bytes=budget)
         engine.load(student.state_dict())
-        for batch in spec["batches"]:
+        for batch in spec.batches:
             prompts = train.prompts(np.arange(batch) % len(train))
             engine.generate(prompts[:8], step_generator(0, 0))  # warm-up
             best = None
-            for rep in range(spec.get("repeats", 3)):
+            for rep in range(spec.repeats):
                 w0 = engine.waves
                 t = time.perf_counter()
                 roll = engine.generate(prompts, step_generator(rep, batch))

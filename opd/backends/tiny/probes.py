@@ -1,4 +1,4 @@
-"""Gradient probes of the paper's mechanism (PAPER.md, "Mechanism"; issue #15), exact over the vocabulary.
+"""Gradient probes of the paper's mechanism (its "Mechanism" section; issue #15), exact over the vocabulary.
 
 At a prefix h (a prompt and the first t tokens of a response) three next-token distributions over the
 tiny task's V = 17 tokens: the trainer's p = p_theta(.|h) (fp32), the rollout engine's q = q(.|h) (the
@@ -66,17 +66,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
 import torch
 
 from opd import store
-from opd.rows import Row
+from opd.spec import Probes, TrainSpec
 
 from . import model as M
-from . import trainer
-from .engine import Engine, KVCache, Numerics, Rollout, token_logprobs
+from .engine import Engine, KVCache, Numerics, Rollout, engine_version, step_generator, token_logprobs
 from .task import RESPONSE_LEN, calibration_batch, make_task
 
 PROBE_STREAM = 15  # the probes' own random stream (prompts, sampling, subsample), apart from training's
@@ -134,7 +134,7 @@ def sampled_update(logp: torch.Tensor, tokens: torch.Tensor, adv: torch.Tensor) 
 # ---------------------------------------------------------------- distributions on a rollout's prefixes
 
 def sample(engine: Engine, prompts: torch.Tensor, seed: int) -> Rollout:
-    return engine.generate(prompts, trainer.step_generator(seed, PROBE_STREAM))
+    return engine.generate(prompts, step_generator(seed, PROBE_STREAM))
 
 
 @torch.no_grad()
@@ -205,8 +205,13 @@ class Probe:
     task_seed: int = 0  # the calibration problems of an engine with static activation scales, as in training
 
 
+class ProbePoint(NamedTuple):
+    values: dict  # every quantity of the module docstring, by name
+    prefixes: pd.DataFrame  # a seeded subsample of the per-prefix bias and bound
+
+
 def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.ModelConfig, teacher: M.Decoder,
-                train, fixed: Rollout) -> tuple[dict, pd.DataFrame]:
+                train, fixed: Rollout) -> ProbePoint:
     """Every quantity of the module docstring for one student and one engine; a seeded subsample of the
     per-prefix bias and bound (for plots). The bound is checked on every prefix (a violation raises)."""
     student = M.Decoder(cfg)
@@ -283,59 +288,64 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
                              "rl_bound": rl["bound"][pick].numpy(),
                              "delta_l1": opd["delta"].abs().sum(-1)[pick].numpy(),
                              "a_inf": opd["a"].abs().amax(-1)[pick].numpy()})
-    return out, prefixes
+    return ProbePoint(out, prefixes)
 
 
 # ---------------------------------------------------------------- a probed run
 
-def versions(probe: dict, staleness: int) -> set[int]:
+def versions(probe: Probes | Mapping, staleness: int) -> set[int]:
     """The policy versions a run's probes read: every probed step's, and the engine's k steps earlier."""
-    return {v for s in probe["steps"] for v in (s, trainer.engine_version(s, staleness))}
+    return {v for s in Probes.of(probe).steps for v in (s, engine_version(s, staleness))}
 
 
 def fixed_prefixes(student: M.Decoder, prompts: torch.Tensor, probe_seed: int) -> Rollout:
     return sample(trainer_engine(student.cfg, student.state_dict()), prompts, probe_seed)
 
 
-def probe_states(probe: dict, spec: dict, states: dict[int, dict]) -> tuple[list[dict], list[pd.DataFrame]]:
+class ProbeRows(NamedTuple):
+    rows: list[dict]  # one per probed step and probe seed
+    samples: list[pd.DataFrame]  # the probe seed's prefix samples, one per probed step
+
+
+def probe_states(probe: Probes | Mapping, spec: TrainSpec | Mapping, states: dict[int, dict]) -> ProbeRows:
     """Every probed step of one run from its policy versions `states` ({version: state dict}, at least
-    `versions(probe, k)`): the probe seed at every step of probe["steps"], each of probe["extra_seeds"] (other
+    `versions(probe, k)`): the probe seed at every step of probe.steps, each of probe.extra_seeds (other
     prompts and draws: the probes' own sampling spread) at the first and the last step only. Returns result
     rows and the probe seed's prefix samples."""
-    row = Row.of(spec["row"])
+    probe, spec = Probes.of(probe), TrainSpec.of(spec)
+    row = spec.row
     k = row.staleness
-    steps = sorted(probe["steps"])
+    steps = sorted(probe.steps)
     missing = versions(probe, k) - set(states)
     if missing:
-        raise ValueError(f"{spec['run_id']}: the probes need policy versions {sorted(missing)}, which the run did not keep")
-    student0 = M.load(spec["student_path"])
-    teacher = M.load(spec["teacher_path"]).eval()
-    train, _ = make_task(spec["settings"].get("task_seed", 0))
+        raise ValueError(f"{spec.run_id}: the probes need policy versions {sorted(missing)}, which the run did not keep")
+    student0 = M.load(spec.student_path)
+    teacher = M.load(spec.teacher_path).eval()
+    train, _ = make_task(spec.settings.task_seed)
     rows, samples = [], []
-    ids = {"config": row.name, "student": spec["student"], "seed": spec["seed"], "noise_sigma": row.noise_sigma,
+    ids = {"config": row.name, "student": spec.student, "seed": spec.seed, "noise_sigma": row.noise_sigma,
            "staleness": k}
-    for ps in [probe["probe_seed"], *probe.get("extra_seeds", [])]:
-        main = ps == probe["probe_seed"]
-        idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), probe["prompts"], replace=False),
-                        probe["responses"])
-        point = Probe(numerics=Numerics.of_row(row, spec["seed"]), probe_seed=ps, prompts=train.prompts(idx),
-                      idx=idx, sample_prefixes=probe.get("sample_prefixes", 200),
-                      task_seed=spec["settings"].get("task_seed", 0))
+    for ps in [probe.probe_seed, *probe.extra_seeds]:
+        main = ps == probe.probe_seed
+        idx = np.repeat(np.random.default_rng([ps, PROBE_STREAM]).choice(len(train), probe.prompts, replace=False),
+                        probe.responses)
+        point = Probe(numerics=Numerics.of_row(row, spec.seed), probe_seed=ps, prompts=train.prompts(idx),
+                      idx=idx, sample_prefixes=probe.sample_prefixes, task_seed=spec.settings.task_seed)
         fixed = fixed_prefixes(student0, point.prompts, point.probe_seed)
         for s in (steps if main else sorted({steps[0], steps[-1]})):
-            v = trainer.engine_version(s, k)
+            v = engine_version(s, k)
             out, pre = probe_point(point, states[s], states[v], student0.cfg, teacher, train, fixed)
             rows.append({**ids, "step": s, "engine_version": v, "probe_seed": ps, "main": main, **out})
             if main:
                 samples.append(pre.assign(**ids, step=s))
-    return rows, samples
+    return ProbeRows(rows, samples)
 
 
-def write_run(spec: dict, states: dict[int, dict], out_dir: Path) -> float:
-    """The run's probes (spec["probes"]) into its files `out_dir`/store.PROBE_FILES (the table, and the
+def write_run(spec: TrainSpec, states: dict[int, dict], out_dir: Path) -> float:
+    """The run's probes (spec.probes) into its files `out_dir`/store.PROBE_FILES (the table, and the
     prefix sample), with the time they took (probe_s wall, probe_cpu_s CPU) on every row. Returns probe_s."""
     t0, c0 = time.perf_counter(), time.process_time()
-    rows, samples = probe_states(spec["probes"], spec, states)
+    rows, samples = probe_states(spec.probes, spec, states)
     probe_s = time.perf_counter() - t0
     table = pd.DataFrame(rows).assign(probe_s=probe_s, probe_cpu_s=time.process_time() - c0)
     store.write_table(pd.concat(samples, ignore_index=True), Path(out_dir) / store.PROBE_FILES["prefix"])

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from opd.spec import Student
+
 from . import model as M
 from .task import PROMPT_LEN, RESPONSE_LEN, VOCAB, make_task
 
@@ -17,10 +19,11 @@ WARMUP = 20
 ARCH = {"qwen2": dict(qkv_bias=True), "llama": dict(qkv_bias=False)}
 
 
-def model_config(student: dict) -> M.ModelConfig:
-    return M.ModelConfig(vocab_size=len(VOCAB), n_layers=student["layers"], n_heads=student["heads"],
-                         n_kv_heads=student["kv_heads"], head_dim=student["head_dim"], d_ff=student["d_ff"],
-                         max_seq_len=PROMPT_LEN + RESPONSE_LEN, **ARCH[student["family"]])
+def model_config(student: Student | dict) -> M.ModelConfig:
+    """The architecture of a student (opd.spec.Student, or config.yaml's mapping of one)."""
+    s = Student.of(student)
+    return M.ModelConfig(vocab_size=len(VOCAB), n_layers=s.layers, n_heads=s.heads, n_kv_heads=s.kv_heads,
+                         head_dim=s.head_dim, d_ff=s.d_ff, max_seq_len=PROMPT_LEN + RESPONSE_LEN, **ARCH[s.family])
 
 
 def sft_loss(model: M.Decoder, prompts: torch.Tensor, solutions: torch.Tensor) -> torch.Tensor:
@@ -32,19 +35,20 @@ def sft_loss(model: M.Decoder, prompts: torch.Tensor, solutions: torch.Tensor) -
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID)
 
 
-def train_base(student: dict, task_seed: int, seed: int, out_dir, label: str = "base") -> dict:
+def train_base(student: Student | dict, task_seed: int, seed: int, out_dir, label: str = "base") -> dict:
     """Train and save `student.pt` and `teacher.pt`; returns the loss curve summary. Progress (opd.progress)
     under `label`."""
     from pathlib import Path
 
     from opd.progress import Progress
+    student = Student.of(student)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     train, _ = make_task(task_seed)
     model = M.Decoder(model_config(student))
-    opt = torch.optim.AdamW(model.parameters(), lr=student["sft_lr"], weight_decay=0.0)
-    total = student["teacher_steps"]
+    opt = torch.optim.AdamW(model.parameters(), lr=student.sft_lr, weight_decay=0.0)
+    total = student.teacher_steps
     # linear warm-up, then cosine decay to a tenth over the teacher's whole schedule
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / WARMUP) * (
         0.1 + 0.45 * (1 + math.cos(math.pi * min(i, total) / total))))
@@ -52,14 +56,14 @@ def train_base(student: dict, task_seed: int, seed: int, out_dir, label: str = "
     losses = {}
     bar = Progress(label, total, "step")
     for step in range(1, total + 1):
-        idx = rng.integers(0, len(train), size=student["sft_batch"])
+        idx = rng.integers(0, len(train), size=student.sft_batch)
         loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step == student["student_steps"]:
+        if step == student.student_steps:
             M.save(model, out_dir / "student.pt")
             losses["student_loss"] = loss.item()
         bar.update(loss=loss.item())

@@ -11,64 +11,31 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import torch
 from torch.optim.adam import adam
 
-from opd import config as C
 from opd import store
 from opd.guard import ROW_ENGINE, GuardState
-from opd.rows import Guard, Row
+from opd.rows import Guard
+from opd.spec import JobSpec, Settings, TrainSpec
 
 from . import model as M
-from .engine import Engine, Numerics, Rollout, token_logprobs
+from .engine import Engine, Numerics, Rollout, engine_version, step_generator, token_logprobs
 from .task import Problems, calibration_batch, make_task
 
 
-@dataclass(frozen=True)
-class Settings:
-    steps: int = 100
-    prompts_per_step: int = 8
-    responses_per_prompt: int = 8
-    lr: float = 3e-4
-    lr_schedule: str = "constant"  # or "cosine": from lr at step 0 towards 0 (0 would be step `steps`, as in verl)
-    eval_every: int = 25
-    eval_responses: int = 4
-    checkpoint_every: int = 10
-    advantage_offset: float = 0.1
-    tis_cap: float = 2.0
-    task_seed: int = 0
-
-    def eval_steps(self) -> list[int]:
-        return C.eval_steps(self.steps, self.eval_every)
-
-    def lr_at(self, step: int) -> float:
-        """The learning rate of optimizer step `step` (0-based)."""
-        if self.lr_schedule == "constant":
-            return self.lr
-        if self.lr_schedule == "cosine":
-            return self.lr * 0.5 * (1 + np.cos(np.pi * step / self.steps))
-        raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}")
-
-
-def set_threads(spec: dict) -> None:
-    """One torch thread per job unless the spec says otherwise: Snakemake runs jobs side by side."""
-    torch.set_num_threads(int(spec.get("threads", 1)))
+def set_threads(spec: JobSpec) -> None:
+    """One torch thread per job unless the spec says otherwise (the rule's threads, opd.cli --threads):
+    Snakemake runs jobs side by side."""
+    torch.set_num_threads(int(spec.threads))
 
 
 CHECKPOINT = "checkpoint.pt"  # a run's checkpoint, in its folder, until the run (and its probes) are written
-
-
-def engine_version(step: int, staleness: int) -> int:
-    """The policy version the engine samples step `step`'s batch with, k = `staleness` updates stale."""
-    return max(0, step - staleness)
-
-
-def step_generator(*key: int) -> torch.Generator:
-    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0] >> 1))
 
 
 class AdamW:
@@ -140,14 +107,19 @@ def advantages(algorithm: str, variant: str, logp_student, logp_teacher, logq, m
     return adv * m, weight
 
 
-def mismatch(logq: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+class Mismatch(NamedTuple):
+    d_n: float  # mean over sampled tokens of log q - log p_theta
+    seq_logratio_p90: float  # the p90 over sequences of |sequence-mean log-ratio|
+
+
+def mismatch(logq: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor) -> Mismatch:
     """d_n = mean over sampled tokens of log q - log p_theta, and the p90 over sequences of
     |sequence-mean log-ratio|."""
     m = mask.float()
     diff = (logq - logp.detach()) * m
     d_n = diff.sum() / m.sum()
     seq = diff.sum(1) / m.sum(1).clamp(min=1)
-    return float(d_n), float(torch.quantile(seq.abs(), 0.9))
+    return Mismatch(float(d_n), float(torch.quantile(seq.abs(), 0.9)))
 
 
 # ---------------------------------------------------------------- held-out evaluation
@@ -227,47 +199,46 @@ class RolloutWorker(threading.Thread):
             self.out.put(e)
 
 
-def train_job(spec: dict, out_dir: Path, progress=None) -> dict:
+def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
     """The tiny backend's training job: one run (`train_run`) and, where its spec asks for them (the
     mechanism stage's probed runs), the gradient probes on the policy versions the run kept
     (opd/backends/tiny/probes.py), written beside its other files. The run's checkpoint stays until the
     probes are written, so a job killed while probing resumes from it. Returns what run.json records
-    besides the training (probe_s: the probes' wall time)."""
-    probe = spec.get("probes")
-    if not probe:
+    besides the training (probe_s: the probes' wall time). `spec`: a TrainSpec, or its file's JSON."""
+    spec = TrainSpec.of(spec)
+    if spec.probes is None:
         train_run(spec, out_dir, progress)
         return {}
-    if spec.get("guard"):  # the probes describe the row's engine; a guarded run also samples with another
-        raise ValueError(f"{spec['run_id']}: a guarded run cannot be probed")
     from . import probes
-    kept = train_run(spec, out_dir, progress, keep=probes.versions(probe, Row.of(spec["row"]).staleness))
+    kept = train_run(spec, out_dir, progress, keep=probes.versions(spec.probes, spec.row.staleness))
     probe_s = probes.write_run(spec, kept, out_dir)
     (Path(out_dir) / CHECKPOINT).unlink(missing_ok=True)
     return {"probe_s": round(probe_s, 3)}
 
 
-def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, dict]:
+def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) -> dict[int, dict]:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
     Writes steps.parquet and heldout.parquet atomically at the end, then deletes the checkpoint unless
     `keep` names versions (the caller still needs it). Returns the policy versions named in `keep`
     ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
-    checkpointed, so a resumed run returns them too). A spec with a `guard` (opd.config.guard_spec) runs
-    the mismatch guard; its state is checkpointed."""
+    checkpointed, so a resumed run returns them too). A spec with a guard runs the mismatch guard; its state
+    is checkpointed."""
+    spec = TrainSpec.of(spec)
     out_dir = Path(out_dir)
-    row, seed = Row.of(spec["row"]), spec["seed"]
-    s = Settings(**spec["settings"])
+    row, seed = spec.row, spec.seed
+    s = spec.settings
     set_threads(spec)
     algorithm, variant, k = row.algorithm, row.variant, row.staleness
     torch.manual_seed(seed)
     train, heldout = make_task(s.task_seed)
-    student = M.load(spec["student_path"])
-    teacher = M.load(spec["teacher_path"]).eval()
+    student = M.load(spec.student_path)
+    teacher = M.load(spec.teacher_path).eval()
     opt = AdamW(student.parameters(), lr=s.lr, weight_decay=0.0)
     steps_rows, heldout_rows, start = [], [], 0
     ckpt_path = out_dir / CHECKPOINT
     versions: dict[int, dict] = {}
     kept: dict[int, dict] = {}
-    guard = GuardState.of_spec(spec["guard"], k, s.steps) if spec.get("guard") else None
+    guard = GuardState.of(spec.guard, k, s.steps) if spec.guard else None
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         student.load_state_dict(ck["student"])
@@ -277,7 +248,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, di
         kept.update(ck.get("kept", {}))
         lost = {v for v in keep if v <= start} - set(kept)
         if lost:  # a checkpoint written for other probe settings (or none): it cannot give those weights back
-            raise ValueError(f"{spec['run_id']}: {ckpt_path} lacks the kept policy versions {sorted(lost)}; "
+            raise ValueError(f"{spec.run_id}: {ckpt_path} lacks the kept policy versions {sorted(lost)}; "
                              "delete it to train the run from the start")
         if guard is not None:
             guard = GuardState.from_state(ck["guard"])
@@ -299,7 +270,7 @@ def train_run(spec: dict, out_dir: Path, progress=None, keep=()) -> dict[int, di
 
     cond = threading.Condition()
     engine = Engine(student.cfg, Numerics.of_row(row, seed), calibration=lambda: calibration_batch(s.task_seed))
-    rule = Guard.of(spec["guard"]) if guard else None  # the guard this run runs (its spec's), as opd.rows.Guard
+    rule = spec.guard  # the guard this run runs (its spec's, parsed once), as opd.rows.Guard
     fallback = Engine(student.cfg, Numerics()) if rule and not rule.keeps_numerics else None
     worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start, guard, fallback, rule)
     worker.start()
@@ -382,9 +353,9 @@ def update(student, teacher, opt, roll: Rollout, idx, train: Problems, algorithm
             "reward_mean": float(np.mean(rewards))}
 
 
-def write_outputs(spec: dict, steps_rows: list[dict], heldout_rows: list[dict], out_dir: Path) -> None:
+def write_outputs(spec: TrainSpec, steps_rows: list[dict], heldout_rows: list[dict], out_dir: Path) -> None:
     import pandas as pd
-    ids = {"run_id": spec["run_id"], "config": spec["row"]["name"], "student": spec["student"], "seed": spec["seed"]}
+    ids = {"run_id": spec.run_id, "config": spec.row.name, "student": spec.student, "seed": spec.seed}
     steps = pd.DataFrame(steps_rows).assign(**ids)
     store.write_table(steps, out_dir / "steps.parquet", store.STEPS)
     if heldout_rows:
@@ -394,9 +365,14 @@ def write_outputs(spec: dict, steps_rows: list[dict], heldout_rows: list[dict], 
 
 # ---------------------------------------------------------------- offline admission check
 
+class LogRatios(NamedTuple):
+    sums: np.ndarray  # per sequence: the sum of log q - log p over its response tokens
+    tokens: np.ndarray  # per sequence: its response tokens
+
+
 @torch.no_grad()
 def offline_logratios(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,
-                      task_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                      task_seed: int = 0) -> LogRatios:
     """The candidate engine generates one response per prompt row; the standard BF16 engine's numerics
     rescore the same tokens with the same weights. Per sequence: the sum of log q - log p over its
     response tokens, and their count (D_hat = sum / sum: the d_n formula with the standard engine as p)."""
@@ -407,7 +383,7 @@ def offline_logratios(student: M.Decoder, numerics: Numerics, prompts: torch.Ten
     ref.load(student.state_dict())
     lp_ref, _ = token_logprobs(ref.model, roll)
     m = roll.mask.float()
-    return ((roll.logprobs - lp_ref.float()) * m).sum(1).double().numpy(), m.sum(1).long().numpy()
+    return LogRatios(((roll.logprobs - lp_ref.float()) * m).sum(1).double().numpy(), m.sum(1).long().numpy())
 
 
 def offline_mismatch(student: M.Decoder, numerics: Numerics, prompts: torch.Tensor, seed: int,

@@ -4,22 +4,24 @@
 when it checkpoints, `layout` where its processes go (both imported by config validation, so neither
 imports torch); `logparse` (CPU) turns verl's JSONL log into steps.parquet; `hook` applies the weight
 numerics vLLM lacks; `data` prepares verl's parquet files; `gpu` holds what needs GPUs (training job,
-held-out evaluation, admission check)."""
+held-out evaluation, admission check). Every job takes its typed spec (opd.spec)."""
 from __future__ import annotations
 
 from pathlib import Path
 
+from opd.spec import AdmissionSpec, KVAttributionSpec, TrainSpec
 
-def train_run(spec: dict, run_dir: Path) -> None:
+
+def train_run(spec: TrainSpec, run_dir: Path) -> None:
     from . import gpu
     gpu.train_run(spec, run_dir)
 
 
-def admission_job(spec: dict, out: Path) -> None:
+def admission_job(spec: AdmissionSpec, out: Path) -> None:
     from . import gpu
     gpu.admission_job(spec, out)
 
 
-def kv_attribution_job(spec: dict, out: Path) -> None:
+def kv_attribution_job(spec: KVAttributionSpec, out: Path) -> None:
     from . import gpu
     gpu.kv_attribution_job(spec, out)

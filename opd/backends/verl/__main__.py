@@ -11,6 +11,7 @@ from pathlib import Path
 
 from opd import config as C
 from opd import store
+from opd.spec import TrainSpec
 
 from . import data
 from .overrides import entry_point, run_overrides
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "heldout":
         from . import gpu
-        gpu.heldout_eval(json.loads(a.spec.read_text()), a.run_dir)
+        gpu.heldout_eval(TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec)), a.run_dir)
         store.record_files(a.run_dir)  # the new heldout.parquet's hash, or the cache check would take it for damage
         return 0
     if a.cmd == "prepare-data":

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ import pandas as pd
 from opd import stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
+from opd.spec import AdmissionSpec, KVAttributionSpec, TrainSpec, Verl
 
 from . import logparse
 from .layout import layout as layout_of
@@ -32,13 +34,18 @@ def _read_parquets(paths) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
 
 
-def _allocation() -> tuple[int, str]:
-    """(node count, head host) of the Slurm allocation this task runs in; (1, this host) outside Slurm."""
+class Allocation(NamedTuple):
+    nodes: int
+    head: str  # the host of task 0 (the Ray head)
+
+
+def _allocation() -> Allocation:
+    """The Slurm allocation this task runs in; (1, this host) outside Slurm."""
     if "SLURM_JOB_NODELIST" not in os.environ:
-        return 1, socket.gethostname()
+        return Allocation(1, socket.gethostname())
     hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
                            text=True, check=True).stdout.split()
-    return len(hosts), hosts[0]
+    return Allocation(len(hosts), hosts[0])
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, poll_s: float = 2.0) -> None:
@@ -109,25 +116,26 @@ def _ray_worker(head: str, env: dict) -> None:
     subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False, env={**os.environ, **env})
 
 
-def train_worker(spec: dict, run_dir: Path) -> None:
+def train_worker(spec: TrainSpec, run_dir: Path) -> None:
     """Tasks 1, 2, ... of a multi-node run (one per node): lend this node's GPUs to task 0's Ray cluster
     until task 0 stops it. Writes nothing."""
-    _ray_worker(_allocation()[1], ray_env(run_dir))
+    _ray_worker(_allocation().head, ray_env(run_dir))
 
 
-def train_run(spec: dict, run_dir: Path) -> None:
+def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     """Task 0 of a run: Ray across the allocation's nodes, verl's trainer (resuming from its own
     checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation, on this node."""
+    spec = TrainSpec.of(spec)
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
-    row, student, seed = spec["row"], spec["student"], spec["seed"]
+    row, student, seed = spec.row, spec.student, spec.seed
     nodes, head = _allocation()
-    need = layout_of(spec["verl"], row).slurm()["nodes"]
+    need = layout_of(spec.verl, row).slurm()["nodes"]
     if "SLURM_JOB_NODELIST" in os.environ and nodes != need:
-        raise RuntimeError(f"{spec['run_id']}: the allocation has {nodes} node(s), the row's verl layout needs {need}")
+        raise RuntimeError(f"{spec.run_id}: the allocation has {nodes} node(s), the row's verl layout needs {need}")
     # verl's file logger truncates its file: every attempt gets its own (logparse reads them all); the
     # path reaches the logger's Ray actor through the runtime_env in the overrides
-    args = overrides(row, spec["student_spec"], spec["settings"], spec["verl"], student=student, seed=seed,
-                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.get("guard"))
+    args = overrides(row, spec.student_spec, spec.settings, spec.verl, student=student, seed=seed,
+                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.guard)
     env = dict(os.environ)
     try:
         if nodes > 1:
@@ -137,12 +145,11 @@ def train_run(spec: dict, run_dir: Path) -> None:
     finally:
         if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so their tasks end
             stop_ray()
-    t = spec["settings"]
-    logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec["run_id"],
-                         config=Row.of(row).name, student=student, seed=seed,
-                         responses_per_step=t["prompts_per_step"] * t["responses_per_prompt"],
-                         staleness=Row.of(row).staleness,
-                         guard_log=run_dir / GUARD_LOG if spec.get("guard") else None)
+    t = spec.settings
+    logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec.run_id,
+                         config=row.name, student=student, seed=seed,
+                         responses_per_step=t.prompts_per_step * t.responses_per_prompt, staleness=row.staleness,
+                         guard_log=run_dir / GUARD_LOG if spec.guard else None)
     heldout_eval(spec, run_dir)
 
 
@@ -157,7 +164,13 @@ def _merged_checkpoint(run_dir: Path, step: int, plan: Schedule) -> Path:
     return out
 
 
-def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> tuple[float, float, int]:
+class SequenceKL(NamedTuple):
+    kl: float  # the summed exact full-vocabulary KL(student || teacher) over the response's tokens
+    kl_sampled: float  # the summed sampled-token log ratio
+    tokens: int
+
+
+def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> SequenceKL:
     """Over one response: the summed exact full-vocabulary KL(student || teacher) per token, the summed
     sampled-token log ratio, and the token count. Each model runs its decoder once; its output layer and
     the log-softmax run over chunks of positions, so no full-vocabulary logit tensor of a long response
@@ -177,7 +190,7 @@ def _sequence_kl(student, teacher, ids, prompt_len: int, chunk: int = 2048) -> t
             yy = y[i:i + chunk, None]
             kl += float((ls.exp() * (ls - lt)).sum())
             kls += float((ls.gather(1, yy) - lt.gather(1, yy)).sum())
-    return kl, kls, len(y)
+    return SequenceKL(kl, kls, len(y))
 
 
 def prompt_ids(tok, messages: list) -> list[int]:
@@ -188,15 +201,20 @@ def prompt_ids(tok, messages: list) -> list[int]:
                add_special_tokens=False)["input_ids"]
 
 
-def _scoring_devices() -> tuple[str, str]:
+class ScoringDevices(NamedTuple):
+    student: str
+    teacher: str
+
+
+def _scoring_devices() -> ScoringDevices:
     """Where the held-out evaluation's student and teacher scorers go: GPUs 1 and 2 when the node has them
     (GPU 0 holds the vLLM engine; a training job's node has 4), else GPU 0 beside the engine; the CPU
     without GPUs."""
     import torch
     n = torch.cuda.device_count()
     if n == 0:
-        return "cpu", "cpu"
-    return f"cuda:{1 % n}", f"cuda:{2 % n}"
+        return ScoringDevices("cpu", "cpu")
+    return ScoringDevices(f"cuda:{1 % n}", f"cuda:{2 % n}")
 
 
 def load_weights(llm, model_dir: str) -> None:
@@ -209,7 +227,7 @@ def load_weights(llm, model_dir: str) -> None:
         raise RuntimeError("vLLM did not reset its prefix cache after a weight reload")
 
 
-def heldout_eval(spec: dict, run_dir: Path) -> None:
+def heldout_eval(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     """For each evaluation step: the student (a BF16 vLLM engine) answers every held-out problem R times;
     student and teacher score the responses with a forward pass in transformers; K_x is the exact
     full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
@@ -224,10 +242,11 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
 
     from .data import score
 
+    spec = TrainSpec.of(spec)
     run_dir = Path(run_dir)
-    s, t = spec["student_spec"], spec["settings"]
-    plan = schedule(t, Row.of(spec["row"]).staleness)
-    held = _read_parquets(spec["verl"]["data"]["heldout"])
+    s, t = spec.student_spec, spec.settings
+    plan = schedule(t, spec.row.staleness)
+    held = _read_parquets(spec.verl.data.heldout)
     # scoring: BF16 on GPUs (the paper's models), float32 on a CPU (toy models, where it costs nothing)
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     student_dev, teacher_dev = _scoring_devices()
@@ -235,18 +254,18 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
     def scorer(path, device):
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
 
-    teacher = scorer(s["teacher"], teacher_dev)
-    llm = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec))
+    teacher = scorer(s.teacher, teacher_dev)
+    llm = LLM(s.model, worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl))
     tok = llm.get_tokenizer()
     prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, p)) for p in held["prompt"]]
     truth = [str(r["ground_truth"]) for r in held["reward_model"]]
     rows = []
     for step in plan.eval_steps:
-        path = s["model"] if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
+        path = s.model if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
         if step:
             load_weights(llm, path)
-        outs = llm.generate(prompts, SamplingParams(n=t["eval_responses"], temperature=1.0, seed=step,
-                                                    max_tokens=t["max_response_length"]))
+        outs = llm.generate(prompts, SamplingParams(n=t.eval_responses, temperature=1.0, seed=step,
+                                                    max_tokens=t.max_response_length))
         student = scorer(path, student_dev)
         for pid, out in enumerate(outs):
             P = len(out.prompt_token_ids)
@@ -259,24 +278,25 @@ def heldout_eval(spec: dict, run_dir: Path) -> None:
                          "n_tokens": int(sums[2]), "correct": float(np.mean(
                              [score(held["data_source"][pid], c.text, truth[pid]) for c in out.outputs]))})
         del student
-    df = pd.DataFrame(rows).assign(run_id=spec["run_id"], config=spec["row"]["name"], student=spec["student"],
-                                   seed=spec["seed"])
+    df = pd.DataFrame(rows).assign(run_id=spec.run_id, config=spec.row.name, student=spec.student, seed=spec.seed)
     store.write_table(df, run_dir / "heldout.parquet", store.HELDOUT)
 
 
-def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list[int], list[int], list[float]]]:
+def _candidate_samples(spec: AdmissionSpec | KVAttributionSpec, row: Row,
+                       messages: list) -> list[tuple[list[int], list[int], list[float]]]:
     """The candidate engine (the row's vLLM KV-cache settings and native quantization, the hook's weight
     numerics) answers each chat `messages` R times: (prompt ids, response ids, the engine's log-probability of each response token)."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    s = spec["student_spec"]
-    numerics = weight_numerics(row, spec["seed"])
-    native = native_engine_args(row, s["layers"])
+    s = spec.student_spec
+    numerics = weight_numerics(row, spec.seed)
+    native = native_engine_args(row, s.layers)
     if native:  # verl's loader patches, as its rollout server installs them before its engine starts (:1259)
         from verl.utils.vllm.vllm_quant_utils import apply_vllm_quant_patches
         apply_vllm_quant_patches()
-    cand = LLM(s["model"], worker_extension_cls=HOOK, **_engine_args(spec), **vllm_kv_args(row, s["layers"]), **native)
+    cand = LLM(s.model, worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl), **vllm_kv_args(row, s.layers),
+               **native)
     if numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
@@ -284,8 +304,8 @@ def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list
     # the reference engine rescores prompt + response as a prompt and must still emit one token:
     # keep every sequence one position short of the context
     room = cand.model_config.max_model_len - max(len(p["prompt_token_ids"]) for p in prompts) - 1
-    outs = cand.generate(prompts, SamplingParams(n=spec["responses"], temperature=1.0, logprobs=0,
-                                                 max_tokens=min(spec["settings"]["max_response_length"], room)))
+    outs = cand.generate(prompts, SamplingParams(n=spec.responses, temperature=1.0, logprobs=0,
+                                                 max_tokens=min(spec.settings.max_response_length, room)))
     samples = [(list(o.prompt_token_ids), list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
                for o in outs for c in o.outputs]
     del cand
@@ -293,56 +313,64 @@ def _candidate_samples(spec: dict, row: dict, messages: list) -> list[tuple[list
     return samples
 
 
-def _engine_args(spec: dict) -> dict:
+def _engine_args(seed: int, verl: Verl) -> dict:
     """A standalone engine's arguments: BF16, the job's seed, and config.yaml's `verl.engine` extras."""
-    return {"dtype": "bfloat16", "seed": spec["seed"], **spec["verl"].get("engine", {})}
+    return {"dtype": "bfloat16", "seed": seed, **verl.engine}
 
 
-def offline_logratios(spec: dict, rows: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+class LogRatios(NamedTuple):
+    sums: np.ndarray  # per sequence: the sum of log q - log p over its response tokens
+    tokens: np.ndarray  # per sequence: its response tokens
+
+
+def offline_logratios(spec: AdmissionSpec | KVAttributionSpec, rows: list[Row]) -> list[LogRatios]:
     """Per row, per sequence (prompts in order, `responses` sequences each): the sum of log q - log p over
     the response's tokens and their count. Each row's candidate engine samples; one standard BF16 engine
     (the same student weights) rescores every row's tokens."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    train = _read_parquets(spec["verl"]["data"]["train"]).sample(n=spec["prompts"], random_state=spec["seed"])
+    train = _read_parquets(spec.verl.data.train).sample(n=spec.prompts, random_state=spec.seed)
     messages = [list(p) for p in train["prompt"]]
     samples = [_candidate_samples(spec, row, messages) for row in rows]
-    ref = LLM(spec["student_spec"]["model"], **_engine_args(spec))
+    ref = LLM(spec.student_spec.model, **_engine_args(spec.seed, spec.verl))
     out = []
     for seqs in samples:
         rescored = ref.generate([TokensPrompt(prompt_token_ids=p + r) for p, r, _ in seqs],
                                 SamplingParams(max_tokens=1, prompt_logprobs=0))
         diffs = [np.asarray(lq) - np.array([out_.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)])
                  for (pr, r, lq), out_ in zip(seqs, rescored)]
-        out.append((np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64)))
+        out.append(LogRatios(np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64)))
     return out
 
 
-def offline_mismatch(spec: dict) -> float:
+def offline_mismatch(spec: AdmissionSpec | Mapping) -> float:
     """D_hat of the spec's row: the mean per-token log q - log p over all response tokens (offline_logratios)."""
-    sums, tokens = offline_logratios(spec, [spec["row"]])[0]
+    spec = AdmissionSpec.of(spec)
+    sums, tokens = offline_logratios(spec, [spec.row])[0]
     return float(sums.sum() / tokens.sum())
 
 
-def admission_job(spec: dict, out: Path) -> None:
+def admission_job(spec: AdmissionSpec | Mapping, out: Path) -> None:
     """One row per sequence (stats.sequence_frame), with the job's seconds (both engines' start included)."""
+    spec = AdmissionSpec.of(spec)
     t0 = time.perf_counter()
-    sums, tokens = offline_logratios(spec, [spec["row"]])[0]
-    seqs = stats.sequence_frame(sums, tokens, spec["responses"], config=spec["row"]["name"], student=spec["student"])
+    sums, tokens = offline_logratios(spec, [spec.row])[0]
+    seqs = stats.sequence_frame(sums, tokens, spec.responses, config=spec.row.name, student=spec.student)
     store.write_table(seqs.assign(seconds=time.perf_counter() - t0), out)
 
 
-def kv_attribution_job(spec: dict, out: Path) -> None:
+def kv_attribution_job(spec: KVAttributionSpec | Mapping, out: Path) -> None:
     """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one.
     One reference engine rescores every case. vLLM's kv_cache_dtype stores keys and values alike, so
     the keys-only and values-only cases of the tiny engine are not run here."""
-    cases = kv_attribution_cases(spec["student_spec"]["layers"], parts=("kv",))
-    cases = [(recipe, *case) for recipe in spec["recipes"] for case in cases]
-    rows = [{"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": list(keep)}
+    spec = KVAttributionSpec.of(spec)
+    cases = kv_attribution_cases(spec.student_spec.layers, parts=("kv",))
+    cases = [(recipe, *case) for recipe in spec.recipes for case in cases]
+    rows = [Row.of({"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": list(keep)})
             for recipe, mode, layer, keep, _ in cases]
     per_row = offline_logratios(spec, rows)
-    store.write_table(pd.concat([stats.sequence_frame(sums, tokens, spec["responses"], student=spec["student"],
+    store.write_table(pd.concat([stats.sequence_frame(sums, tokens, spec.responses, student=spec.student,
                                                       recipe=recipe, part=part, mode=mode, layer=layer)
                                  for (recipe, mode, layer, _, part), (sums, tokens) in zip(cases, per_row)],
                                 ignore_index=True), out)

@@ -30,15 +30,17 @@ fixed-direction Gaussian noise on every tensor.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import torch
 
 from opd.guard import ROW_ENGINE, GuardState
 from opd.quant import engine_weights
+from opd.rows import Guard
 
 from .plan import CHECKPOINTS
 
@@ -75,16 +77,22 @@ def logged_d_n(run_dir: Path, current_log: Path) -> dict[int, float]:
     return d
 
 
-def guard_decision(guard: dict) -> tuple[int, str]:
-    """(the step a weight sync's weights first roll out, the engine for it: opd.guard.ROW_ENGINE or the
-    guard's action), from the d_n the run's verl logs hold now (logged_d_n). `guard`: additional_config's
-    opd_guard (the run folder and this attempt's log among it)."""
+class GuardDecision(NamedTuple):
+    step: int  # the step a weight sync's weights first roll out
+    engine: str  # the engine for it: opd.guard.ROW_ENGINE or the guard's action
+
+
+def guard_decision(guard: dict) -> GuardDecision:
+    """The guard's decision for a weight sync, from the d_n the run's verl logs hold now (logged_d_n).
+    `guard`: additional_config's opd_guard as overrides.py writes it (the resolved guard's fields, the run
+    folder, the run's steps and this attempt's log): it crosses into vLLM's worker as plain config."""
     d = logged_d_n(Path(guard["run_dir"]), Path(guard["log"]))
-    g = GuardState.of_spec(guard, lag=GUARD_LAG, steps=int(guard["steps"]))
+    rule = Guard.of({f.name: guard[f.name] for f in dataclasses.fields(Guard)})
+    g = GuardState.of(rule, lag=GUARD_LAG, steps=int(guard["steps"]))
     for step in sorted(d):
         g.observe(step, d[step])
     upcoming = (max(d) if d else 0) + 1 + GUARD_LAG
-    return upcoming, g.engine(upcoming)
+    return GuardDecision(upcoming, g.engine(upcoming))
 
 
 def local_checkpoint(model: str, revision: str | None = None, cache_dir: str | None = None) -> Path:

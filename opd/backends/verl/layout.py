@@ -24,9 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opd.rows import Row
-
-DEFAULTS = {"gpus_per_node": 4, "trainer_nodes": 1, "teacher_nodes": 1, "rollout_nodes": 1, "rollout_tp": 1,
-            "teacher_tp": 1}
+from opd.spec import Verl
 
 
 @dataclass(frozen=True)
@@ -95,12 +93,11 @@ class Layout:
                 "tasks_per_node": 1}
 
 
-def layout(verl: dict, row: dict) -> Layout:
-    """A row's layout from an experiment's `verl.layout` (config.yaml; defaults above)."""
-    r = Row.of(row)
-    L = {**DEFAULTS, **(verl.get("layout") or {})}
-    g = L["gpus_per_node"]
-    return Layout(trainer=Pool(L["trainer_nodes"], g),
-                  teacher=Pool(L["teacher_nodes"], g) if r.algorithm == "opd" else None,
-                  rollout=Pool(L["rollout_nodes"], g) if r.staleness > 0 else None,
-                  rollout_tp=L["rollout_tp"], teacher_tp=L["teacher_tp"])
+def layout(verl: Verl | dict, row: Row | dict) -> Layout:
+    """A row's layout from an experiment's `verl.layout` (config.yaml; defaults: opd.spec.LayoutSettings)."""
+    r, L = Row.of(row), Verl.of(verl).layout
+    g = L.gpus_per_node
+    return Layout(trainer=Pool(L.trainer_nodes, g),
+                  teacher=Pool(L.teacher_nodes, g) if r.algorithm == "opd" else None,
+                  rollout=Pool(L.rollout_nodes, g) if r.staleness > 0 else None,
+                  rollout_tp=L.rollout_tp, teacher_tp=L.teacher_tp)

@@ -18,7 +18,7 @@ Mapping:
                     to numerics, ppo_kl ~ 0. k > 0: p_old is the weights the engine sampled with
                     (fully_async_trainer.py:654-674), ppo_kl is the staleness. verl averages ppo_kl over
                     micro-batches and ranks (workers/utils/losses.py:114-116, engine_workers.py:326-331), not
-                    over tokens: the sum is exactly PAPER.md's d_n when the micro-batches hold equal token
+                    over tokens: the sum is exactly the paper's d_n when the micro-batches hold equal token
                     counts, otherwise the staleness term is weighted per micro-batch (README: "Known to differ").
   loss              actor/distillation/loss (OPD: the optimised policy-gradient loss, trainer/distillation/
                     losses.py:219-225; actor/pg_loss is the zeroed task-reward loss there, :212-217), else

@@ -36,9 +36,10 @@ from __future__ import annotations
 import os
 import re
 
-from opd import config as C
-from opd.quant import recipe, resolve_layers
-from opd.rows import Row
+from opd.quant import resolve_layers
+from opd.recipes import recipe
+from opd.rows import Guard, Row
+from opd.spec import Experiment, Run, Settings, Student, Verl
 
 from .layout import Layout
 from .layout import layout as layout_of
@@ -101,44 +102,45 @@ def weight_numerics(row: dict, seed: int) -> dict | None:
             "noise_seed": int(seed)}
 
 
-def run_overrides(cfg: dict, run: C.Run, run_dir: str = ".", **kw) -> list[str]:
+def run_overrides(cfg: dict, run: Run, run_dir: str = ".", **kw) -> list[str]:
     """`overrides` for one run of the validated config `cfg` (the command line's and the tests' entry)."""
-    e = cfg["experiments"][run.experiment]
-    return overrides(run.row, e["students"][run.student], C.run_settings(e["train"], run.row), e.get("verl", {}),
-                     student=run.student, seed=run.seed, run_dir=run_dir, guard=C.guard_spec(e, run.row), **kw)
+    e = Experiment.of(cfg, run.experiment)
+    return overrides(run.row, e.students[run.student], e.settings(run.row), e.verl or Verl(), student=run.student,
+                     seed=run.seed, run_dir=run_dir, guard=e.guard(run.row), **kw)
 
 
-def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *, student: str, seed: int = 0,
-              run_dir: str = ".", log_path: str | None = None, pools: Layout | None = None,
-              guard: dict | None = None) -> list[str]:
-    """Hydra overrides for one run of `row` by `student` (its spec in config.yaml's `students`) with the
-    run's resolved training settings (C.run_settings) and the experiment's `verl` block, exactly what a
-    training job's spec holds. verl's file logger writes to `log_path` (default: the run folder's next
-    attempt log); `pools` replaces the layout `verl.layout` gives (benchmarks/verl_smoke.py: one node);
-    `guard`: the row's resolved guard (opd.config.guard_spec), which the weight-sync hook applies."""
+def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings | dict, verl: Verl | dict, *,
+              student: str, seed: int = 0, run_dir: str = ".", log_path: str | None = None,
+              pools: Layout | None = None, guard: Guard | dict | None = None) -> list[str]:
+    """Hydra overrides for one run of `row` by `student` (its spec, opd.spec.Student) with the run's
+    training settings (opd.spec.Experiment.settings) and the experiment's verl settings, exactly what a
+    training job's spec holds (config.yaml's mappings of them are read as those types). verl's file logger
+    writes to `log_path` (default: the run folder's next attempt log); `pools` replaces the layout
+    `verl.layout` gives (benchmarks/verl_smoke.py: one node); `guard`: the row's resolved guard
+    (opd.spec.Experiment.guard: d_max a number), which the weight-sync hook applies."""
     from .logparse import attempt_log
-    r = Row.of(row)
-    s, t, v = student_spec, settings, verl
-    n_layers = s["layers"]
+    r, s, t, v = Row.of(row), Student.of(student_spec), Settings.of(settings), Verl.of(verl)
+    guard = Guard.of(guard) if guard else None
+    n_layers = s.layers
     k = r.staleness
     plan = schedule(t, k)
     rollout = "actor_rollout_ref.rollout"
     log_path = os.path.abspath(log_path or attempt_log(run_dir))
     o = [
         # data paths absolute: relative ones mean the working directory's (the repository), verl runs in the run folder
-        f"data.train_files={hydra_value([os.path.abspath(v['data']['train'])])}",
-        f"data.val_files={hydra_value([os.path.abspath(f) for f in v['data']['heldout']])}",
-        f"data.max_prompt_length={hydra_value(t['max_prompt_length'])}",
-        f"data.max_response_length={hydra_value(t['max_response_length'])}",
+        f"data.train_files={hydra_value([os.path.abspath(v.data.train)])}",
+        f"data.val_files={hydra_value([os.path.abspath(f) for f in v.data.heldout])}",
+        f"data.max_prompt_length={hydra_value(t.max_prompt_length)}",
+        f"data.max_response_length={hydra_value(t.max_response_length)}",
         f"data.seed={hydra_value(seed)}",
-        f"actor_rollout_ref.model.path={hydra_value(s['model'])}",
-        f"actor_rollout_ref.actor.optim.lr={hydra_value(t['lr'])}",
+        f"actor_rollout_ref.model.path={hydra_value(s.model)}",
+        f"actor_rollout_ref.actor.optim.lr={hydra_value(t.lr)}",
         # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
-        f"actor_rollout_ref.actor.optim.lr_scheduler_type={hydra_value(t.get('lr_schedule', 'constant'))}",
+        f"actor_rollout_ref.actor.optim.lr_scheduler_type={hydra_value(t.lr_schedule)}",
         "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
         # one mini-batch per step: one optimizer update per batch of prompts_per_step prompts (for k > 0 also
         # the fully-async trainer's batch, required_samples = ppo_mini_batch_size: fully_async_trainer.py:159)
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={hydra_value(t['prompts_per_step'])}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={hydra_value(t.prompts_per_step)}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
@@ -146,12 +148,12 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         # token-budgeted micro-batches (DAPO's recipe: 2x and 3x one full sequence per GPU), so 16k-token
         # responses neither need a fixed micro-batch size nor run out of memory
         "actor_rollout_ref.actor.use_dynamic_bsz=True",
-        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={2 * (t['max_prompt_length'] + t['max_response_length'])}",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={2 * (t.max_prompt_length + t.max_response_length)}",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
-        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={3 * (t['max_prompt_length'] + t['max_response_length'])}",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={3 * (t.max_prompt_length + t.max_response_length)}",
         f"{rollout}.name=vllm",
-        f"{rollout}.n={hydra_value(t['responses_per_prompt'])}",
-        f"{rollout}.temperature={hydra_value(t['temperature'])}",
+        f"{rollout}.n={hydra_value(t.responses_per_prompt)}",
+        f"{rollout}.temperature={hydra_value(t.temperature)}",
         f"{rollout}.calculate_log_probs=True",
         "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_old
         f"trainer.save_freq={plan.save_freq}",
@@ -166,11 +168,11 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
         "trainer.project_name=opd-budget",
         f"trainer.experiment_name={hydra_value(f'{r.name}.{student}.s{seed}')}",
-        *(pools or layout_of(v, row)).overrides(),
+        *(pools or layout_of(v, r)).overrides(),
     ]
     if k == 0:
-        o += [f"data.train_batch_size={hydra_value(t['prompts_per_step'])}",
-              f"trainer.total_training_steps={hydra_value(t['steps'])}",
+        o += [f"data.train_batch_size={hydra_value(t.prompts_per_step)}",
+              f"trainer.total_training_steps={hydra_value(t.steps)}",
               "trainer.test_freq=-1"]
     else:
         o += [
@@ -178,12 +180,12 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
             # (fully_async_trainer.py:75-76, fully_async_rollouter.py:348-351); the rollouter reads one
             # prompt at a time (gen_batch_size 1, :352) until total_rollout_steps prompts
             "actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0",
-            f"rollout.total_rollout_steps={hydra_value(t['steps'] * t['prompts_per_step'])}",
+            f"rollout.total_rollout_steps={hydra_value(t.steps * t.prompts_per_step)}",
             f"async_training.trigger_parameter_sync_step={hydra_value(k)}", "async_training.staleness_threshold=0",
             "async_training.partial_rollout=False", "actor_rollout_ref.actor.use_rollout_log_probs=False",
             # at the end fit() logs the last update's metrics only if version % test_freq != 0
             # (fully_async_trainer.py:529-533); one more than the last version also never validates (:817-821)
-            f"trainer.test_freq={hydra_value(t['steps'] // k + 1)}",
+            f"trainer.test_freq={hydra_value(t.steps // k + 1)}",
         ]
     if r.algorithm == "opd":
         o += [
@@ -191,7 +193,7 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
             "distillation.distillation_loss.loss_mode=k1",
             "distillation.distillation_loss.use_policy_gradient=True",
             "distillation.distillation_loss.use_task_rewards=False",
-            f"distillation.teacher_models.teacher_model.model_path={hydra_value(s['teacher'])}",
+            f"distillation.teacher_models.teacher_model.model_path={hydra_value(s.teacher)}",
             "distillation.teacher_models.teacher_model.key=math",
             "distillation.teacher_key=opd_teacher_key",
             "algorithm.adv_estimator=grpo",  # no task reward: the distillation term is the whole signal
@@ -202,16 +204,17 @@ def overrides(row: dict | Row, student_spec: dict, settings: dict, verl: dict, *
         o += ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=2.0"]
     if native_quantization(r):
         o.append(f"{rollout}.quantization={native_quantization(r)}")
-    o += [f"+{rollout}.engine_kwargs.vllm.{k_}={hydra_value(v_)}" for k_, v_ in vllm_kv_args(row, n_layers).items()]
-    numerics = weight_numerics(row, seed)
+    o += [f"+{rollout}.engine_kwargs.vllm.{k_}={hydra_value(v_)}" for k_, v_ in vllm_kv_args(r, n_layers).items()]
+    numerics = weight_numerics(r, seed)
     if numerics:
         o.append(f"+{rollout}.engine_kwargs.vllm.worker_extension_cls={HOOK}")
         extra = {"opd_numerics": numerics}
         if guard:  # the hook reads the run's verl logs for d_n (hook.guard_decision)
-            extra["opd_guard"] = {**guard, "run_dir": os.path.abspath(run_dir), "steps": t["steps"], "log": log_path}
+            extra["opd_guard"] = {**guard.as_dict(), "run_dir": os.path.abspath(run_dir), "steps": t.steps,
+                                  "log": log_path}
         o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value(extra)}")
-    spec = v.get("speculative")
-    if r.speculative and spec and s.get("eagle3"):
+    spec = v.speculative
+    if r.speculative and spec and s.eagle3:
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
-            {"method": spec["method"], "model": s["eagle3"], "num_speculative_tokens": spec["num_speculative_tokens"]}))
+            {"method": spec.method, "model": s.eagle3, "num_speculative_tokens": spec.num_speculative_tokens}))
     return o

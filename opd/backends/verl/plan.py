@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opd import config as C
-from opd.quant import recipe
+from opd.recipes import recipe
 from opd.rows import Row
+from opd.spec import Settings, Verl
 
 from .layout import layout as layout_of
 
@@ -32,21 +32,20 @@ class Schedule:
         return step // self.k
 
 
-def schedule(settings: dict, staleness: int) -> Schedule:
+def schedule(settings: Settings | dict, staleness: int) -> Schedule:
     """The run's Schedule from its training settings (steps, checkpoint_every, eval_every) and staleness k;
     `schedule_errors` says which settings it cannot honour."""
-    k = max(1, int(staleness))
-    return Schedule(k=k, save_freq=settings["checkpoint_every"] // k,
-                    eval_steps=tuple(C.eval_steps(settings["steps"], settings.get("eval_every", 0))))
+    s, k = Settings.of(settings), max(1, int(staleness))
+    return Schedule(k=k, save_freq=s.checkpoint_every // k, eval_steps=tuple(s.eval_steps()))
 
 
-def schedule_errors(settings: dict, staleness: int) -> list[tuple[str, str]]:
+def schedule_errors(settings: Settings | dict, staleness: int) -> list[tuple[str, str]]:
     """(field, reason) for each reason verl could not checkpoint the steps the held-out evaluation reads."""
-    k, out = int(staleness), []
-    if "checkpoint_every" not in settings:
+    s, k, out = Settings.of(settings), int(staleness), []
+    if "checkpoint_every" not in s.given:  # not the tiny backend's default: verl's checkpoints are the evaluation's
         return [("train.checkpoint_every", "the verl backend needs it: verl resumes a requeued run from its last "
                                            "checkpoint and the held-out evaluation reads the checkpoints")]
-    steps, every, ev = settings["steps"], settings["checkpoint_every"], settings.get("eval_every", 0)
+    steps, every, ev = s.steps, s.checkpoint_every, s.eval_every
     if ev and every and ev % every:
         out.append(("train.eval_every", f"{ev} is not a multiple of train.checkpoint_every ({every}): the held-out "
                                         f"evaluation reads verl's checkpoints of the evaluated steps"))
@@ -110,7 +109,7 @@ def errors(row: dict, experiment: dict) -> list[str]:
     """What verl 0.9.1 cannot run of `row` in an experiment (config.yaml's shape), as `field: reason`
     (config.py prefixes experiment and row)."""
     r = Row.of(row)
-    t = C.run_settings(experiment["train"], r)
+    t = Settings.of(experiment["train"]).for_row(r)
     out = []
     if r.algorithm == "reinforce":
         out.append("algorithm: verl 0.9.1 has no advantage estimator with A_t = R (reinforce_plus_plus whitens the "
@@ -128,7 +127,7 @@ def errors(row: dict, experiment: dict) -> list[str]:
                    f"checkpoint as `rollout.quantization` ({pairs}, no layer kept BF16), and the weight-sync hook "
                    f"changes weights only; use that pair, or the tiny backend for this recipe")
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
-        out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.quant.RECIPES gives it no vllm "
+        out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.recipes.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
     g = r.guard
     if g is not None and not g.keeps_staleness and (g.keeps_numerics or r.staleness > 0):
@@ -144,13 +143,13 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append("guard: the row's KV-cache dtype and vLLM quantization are engine arguments fixed when vLLM starts; "
                    "the weight-sync hook can switch only the numerics it applies itself (emulated weights, noise)")
     k = r.staleness
-    if k > 0 and t.get("lr_schedule", "constant") != "constant":
+    if k > 0 and t.lr_schedule != "constant":
         out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "
-                   f"of parameter versions, {t['steps']} / {k} (fully_async_rollouter.py:498-501, "
-                   f"fully_async_trainer.py:356-365), so a {t['lr_schedule']} schedule would decay {k}x too fast")
+                   f"of parameter versions, {t.steps} / {k} (fully_async_rollouter.py:498-501, "
+                   f"fully_async_trainer.py:356-365), so a {t.lr_schedule} schedule would decay {k}x too fast")
     if k > 0:  # the experiment's own settings are checked once, by experiment_errors
         out += [f"{f}: {e}" for f, e in schedule_errors(t, k) if (f, e) not in schedule_errors(t, 0)]
-    out += [f"layout: {e}" for e in layout_of(experiment.get("verl", {}), row).errors()]
+    out += [f"layout: {e}" for e in layout_of(Verl.of(experiment.get("verl")), r).errors()]
     return out
 
 

@@ -1,0 +1,616 @@
+"""Typed specs: an experiment as config.yaml gives it, and each job's spec as its file holds it.
+
+Two kinds of object, one pattern each:
+
+- An experiment's settings (`Settings`, `Student`, `Admission`, `Slurm`, ...; `Experiment` holds them all):
+  frozen dataclasses whose field defaults are the one home of every default. `of(mapping)` builds one from
+  config.yaml's mapping (or a spec file's), remembering which fields were written (`given`); `written()`
+  gives back exactly those. A default is therefore never written into a spec file, and a default added
+  later reruns nothing (opd.rows.Row does the same for a row).
+- A job's spec (`TrainSpec`, `BaseSpec`, `AdmissionSpec`, `KVAttributionSpec`, `ThroughputSpec`,
+  `MemoryBoundSpec`): what one compute job computes from. opd.dag builds it once from the Experiment, the
+  rule writes `to_json()` as the job's spec file (its input: a changed spec reruns the job), opd.cli parses
+  the file once (`from_json`) and passes the object to the backend, which reads attributes only. Its
+  fields without a default are always written; a field with a default is written only when set to
+  something else. `sha256()` hashes the canonical JSON (`dumps`).
+
+Torch-free and verl-free (stdlib and opd.rows only): config validation and every Snakemake call import it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, ClassVar, Mapping
+
+from opd.rows import Guard, Row
+
+
+class SpecError(ValueError):
+    pass
+
+
+def dumps(obj) -> str:
+    """Canonical JSON (sorted keys, no spaces): the form hashes use."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def run_id(row_name: str, student: str, seed: int) -> str:
+    """A run's id, `<row>.<student>.s<seed>`: it depends on nothing else, so adding a column to the matrix
+    never renames existing results."""
+    return f"{row_name}.{student}.s{seed}"
+
+
+def _plain(v):
+    """A value as JSON holds it: tuples as lists, typed settings as what was written."""
+    if isinstance(v, Written):
+        return v.written()
+    if isinstance(v, Row):
+        return v.params()
+    if isinstance(v, Guard):
+        return v.as_dict()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _tuples(v):
+    """A list read from YAML or JSON as a tuple (the frozen form), nested lists too."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def _required(cls) -> list[str]:
+    return [f.name for f in fields(cls) if f.init and f.default is MISSING and f.default_factory is MISSING]
+
+
+# ---------------------------------------------------------------- an experiment's settings
+
+@dataclass(frozen=True)
+class Written:
+    """Base of the settings objects: built from a mapping by `of`, which remembers the fields written
+    (`given`, in their order); `written()` gives exactly those back, defaults left out. A subclass's
+    `NESTED` maps a field to the type its mapping is parsed into."""
+    given: tuple[str, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+    NESTED: ClassVar[dict[str, type]] = {}
+
+    @classmethod
+    def of(cls, m: "Mapping | Written | None" = None, where: str | None = None):
+        """From config.yaml's (validated) mapping or a spec file's; an instance is returned as it is."""
+        if isinstance(m, cls):
+            return m
+        where = where or cls.__name__
+        m = {} if m is None else m
+        if not isinstance(m, Mapping):
+            raise SpecError(f"{where}: expected a mapping, got {type(m).__name__}")
+        known = {f.name for f in fields(cls) if f.name != "given"}
+        unknown = sorted(set(m) - known)
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+        missing = [k for k in _required(cls) if k not in m and k != "given"]
+        if missing:
+            raise SpecError(f"{where}: missing field(s) {missing}")
+        vals = {k: cls.NESTED[k].of(v, f"{where}.{k}") if k in cls.NESTED and v is not None else _tuples(v)
+                for k, v in m.items()}
+        return cls(**vals, given=tuple(m))
+
+    def written(self) -> dict:
+        """The fields that were written, as they were written (lists as lists)."""
+        return {k: _plain(getattr(self, k)) for k in self.given}
+
+    def with_(self, **changes) -> "Written":
+        """A copy with `changes` written (they join `given`)."""
+        return replace(self, **changes, given=self.given + tuple(k for k in changes if k not in self.given))
+
+
+@dataclass(frozen=True)
+class Settings(Written):
+    """A run's training settings: the experiment's `train:` with the row's overrides (`for_row`). Both backends
+    read them; the last three only the verl backend (the tiny task fixes its lengths and samples at 1)."""
+    steps: int = 100
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
+    lr: float = 3e-4
+    lr_schedule: str = "constant"  # or "cosine": from lr at step 0 towards 0 (0 would be step `steps`, as in verl)
+    # held-out evaluation every this many steps, and at the last; 0: none. Unset: the first and the last step
+    # only, the one evaluation schedule every backend can honour (verl evaluates checkpointed steps only, and
+    # always checkpoints the last) and the analysis needs (its verdicts read the final evaluation)
+    eval_every: int | None = None
+    eval_responses: int = 4
+    checkpoint_every: int = 10
+    advantage_offset: float = 0.1  # the advantage_offset variant's offset
+    tis_cap: float = 2.0  # the tis variant's cap C of min(p_theta / q, C)
+    task_seed: int = 0
+    temperature: float | None = None  # verl only
+    max_prompt_length: int | None = None  # verl only
+    max_response_length: int | None = None  # verl only
+
+    VERL_ONLY: ClassVar[tuple[str, ...]] = ("temperature", "max_prompt_length", "max_response_length")
+    ROW_OVERRIDES: ClassVar[tuple[str, ...]] = ("lr",)  # row fields that override the experiment's settings
+
+    def for_row(self, row: Row) -> "Settings":
+        """A run's settings: these, with the row's overrides (ROW_OVERRIDES) where it sets them."""
+        over = {k: getattr(row, k) for k in self.ROW_OVERRIDES if getattr(row, k) is not None}
+        return self.with_(**over) if over else self
+
+    def eval_steps(self) -> list[int]:
+        """The training steps a run's held-out evaluation scores (both backends): 0, every `eval_every`
+        steps, and the last; none when `eval_every` is 0; the first and the last when it is unset."""
+        every = self.steps if self.eval_every is None else self.eval_every
+        if every <= 0:
+            return []
+        return sorted({*range(0, self.steps, every), self.steps})
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based)."""
+        if self.lr_schedule == "constant":
+            return self.lr
+        if self.lr_schedule == "cosine":
+            import numpy as np  # numpy's cos, as the committed runs were trained with
+            return self.lr * 0.5 * (1 + np.cos(np.pi * step / self.steps))
+        raise ValueError(f"unknown lr_schedule {self.lr_schedule!r}")
+
+
+@dataclass(frozen=True)
+class Student(Written):
+    """A student as config.yaml describes it. tiny: its architecture and how the pipeline trains it (SFT to
+    `student_steps` is the student, on to `teacher_steps` its teacher); verl: its checkpoint, its teacher's,
+    its size and its EAGLE-3 draft model. Each backend needs its own fields (NEEDS; config validation says
+    which is missing)."""
+    layers: int
+    family: str | None = None  # qwen2 or llama
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    d_ff: int | None = None
+    sft_lr: float | None = None
+    sft_batch: int | None = None
+    student_steps: int | None = None
+    teacher_steps: int | None = None
+    seed: int = 0  # the SFT's seed (tiny)
+    model: str | None = None  # verl: Hugging Face Hub name or local path
+    teacher: str | None = None
+    n_params: float | None = None
+    eagle3: str | None = None  # verl: the EAGLE-3 draft model of speculative rows
+
+    NEEDS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "tiny": ("family", "heads", "kv_heads", "head_dim", "d_ff", "sft_lr", "sft_batch", "student_steps",
+                 "teacher_steps"),
+        "verl": ("model", "teacher", "n_params")}
+
+    def params(self) -> float:
+        """The student's size: `n_params` where the config gives it (real checkpoints), else the parameters
+        of the tiny architecture's blocks (attention and MLP; they dominate the cost of a step). Used to start
+        the largest students' runs first, so no long job is left running alone at the end."""
+        if self.n_params is not None:
+            return float(self.n_params)
+        d = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        per_layer = 2 * d * d + 2 * d * kv + 3 * d * self.d_ff
+        return float(self.layers * per_layer)
+
+
+@dataclass(frozen=True)
+class Bootstrap(Written):
+    resamples: int
+    level: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Admission(Written):
+    """The offline admission check: its sample (`prompts` x `responses`, drawn with `seed`) and the rule
+    admit iff alpha * D_hat < L."""
+    prompts: int
+    responses: int
+    alpha: float
+    L: float
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RLCollapse(Written):
+    """The RL collapse rule's thresholds (opd.stats.rl_collapse), fixed before the runs: collapsed if, at the
+    final held-out evaluation against the same algorithm on the standard engine, accuracy fell by
+    `accuracy_points` or more, or held-out entropy or mean response length changed by the factor either way."""
+    accuracy_points: float = 5.0
+    entropy_factor: float = 1.5
+    length_factor: float = 1.2
+
+    def thresholds(self) -> dict:
+        """Every threshold, written or default: stats.rl_collapse's keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
+
+
+@dataclass(frozen=True)
+class KVAttribution(Written):
+    """The per-layer FP8 KV-cache attribution's sample."""
+    prompts: int = 64
+    responses: int = 4
+
+
+@dataclass(frozen=True)
+class Infra(Written):
+    """The infrastructure measurements: the window of steps the throughput columns average over (unset:
+    every step), one device's peak FLOP/s (the MFU estimate; unset: none), the tiny backend's measured
+    throughput runs and memory-bound batches."""
+    window: tuple[int, int] | None = None
+    peak_flops: float | None = None
+    throughput_steps: int | None = None
+    memory_bound_batches: tuple[int, ...] | None = None
+    kv_budget_sequences: int | None = None
+
+
+@dataclass(frozen=True)
+class Slurm(Written):
+    """A Slurm job's shape and the launcher's polling: the site's settings (config.yaml's `slurm:`), overlaid
+    by the experiment's, and for a verl run the nodes its layout needs (opd.launch)."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    mem_gb: float = 4
+    time_min: int = 60
+    setup: tuple[str, ...] = ()  # shell lines run before each job (module loads)
+    poll_s: float = 5  # how often a waiting rule asks Slurm about its job
+    dead_after_s: float = 120  # how long a job Slurm no longer knows may go without a result
+    max_requeues: int = 3  # requeues after a timeout before the job fails
+    signal_delay_s: int | None = None  # Slurm's USR2 this long before the time limit (unset: submitit's 90 s)
+
+
+@dataclass(frozen=True)
+class Launcher(Written):
+    """Where jobs run (`launcher`: local, or slurm through submitit) and the Slurm settings: the launcher file
+    opd.cli's --launcher reads (not a job input: switching launcher reruns nothing)."""
+    launcher: str = "local"
+    slurm: Slurm = Slurm()
+    NESTED = {"slurm": Slurm}
+
+    def to_json(self) -> dict:
+        return {"launcher": self.launcher, "slurm": self.slurm.written()}
+
+    @classmethod
+    def from_json(cls, d: Mapping | None) -> "Launcher":
+        return cls.of(d or {}, "launcher")
+
+
+@dataclass(frozen=True)
+class Probes(Written):
+    """The gradient probes of a probed run (opd/backends/tiny/probes.py): `prompts` x `responses` per probe
+    seed, at every step of `steps` with `probe_seed`, and at the first and last with each of `extra_seeds`;
+    `sample_prefixes` per-prefix rows kept for plots. The mechanism stage (workflow/rules/mechanism.smk)
+    sets them."""
+    prompts: int
+    responses: int
+    probe_seed: int
+    steps: tuple[int, ...]
+    extra_seeds: tuple[int, ...] = ()
+    sample_prefixes: int = 200
+
+
+@dataclass(frozen=True)
+class VerlData(Written):
+    train: str  # training prompts in verl's parquet format
+    heldout: tuple[str, ...]  # held-out sets, in prompt-id order
+
+
+@dataclass(frozen=True)
+class Speculative(Written):
+    method: str
+    num_speculative_tokens: int
+
+
+@dataclass(frozen=True)
+class LayoutSettings(Written):
+    """Where a verl run's pools go (opd.backends.verl.layout turns them into verl's pools and a Slurm shape)."""
+    gpus_per_node: int = 4
+    trainer_nodes: int = 1  # the trainer (k = 0: also the rollout replicas)
+    teacher_nodes: int = 1
+    rollout_nodes: int = 1  # k > 0 only: the fully-async rollout pool
+    rollout_tp: int = 1
+    teacher_tp: int = 1
+
+
+@dataclass(frozen=True)
+class Verl(Written):
+    """The verl backend's settings: data, speculative decoding, the cluster layout and extra vLLM engine
+    arguments for the standalone engines (admission check, held-out evaluation, KV attribution)."""
+    data: VerlData | None = None
+    speculative: Speculative | None = None
+    layout: LayoutSettings = LayoutSettings()
+    engine: dict = field(default_factory=dict)
+    NESTED = {"data": VerlData, "speculative": Speculative, "layout": LayoutSettings}
+
+
+# ---------------------------------------------------------------- the experiment
+
+@dataclass(frozen=True)
+class Run:
+    """One run: a row x one student x one seed."""
+    run_id: str
+    experiment: str
+    row: Row
+    student: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of a validated config, every default resolved: built once (`of`), read by the rules
+    (workflow/rules/common.smk), by opd.dag (the job specs) and by the analysis's parameters."""
+    name: str
+    backend: str
+    seeds: tuple[int, ...]
+    tau: float
+    taus: tuple[float, ...]
+    bootstrap: Bootstrap
+    admission: Admission
+    students: dict[str, Student]
+    train: Settings
+    rows: tuple[Row, ...]
+    launcher: Launcher = Launcher()  # the site's Slurm settings overlaid by the experiment's
+    rl_collapse: RLCollapse = RLCollapse()
+    kv_attribution: KVAttribution = KVAttribution()
+    infra: Infra = Infra()
+    verl: Verl | None = None
+    description: str | None = None
+
+    @classmethod
+    def of(cls, cfg: dict, name: str | None = None) -> "Experiment":
+        """Experiment `name` (default: the config's `experiment`) of a config opd.config.validate accepted."""
+        name = name or cfg["experiment"]
+        e = cfg["experiments"][name]
+        where = f"experiment {name!r}"
+        return cls(
+            name=name, backend=e["backend"], seeds=tuple(e["seeds"]), tau=e["tau"], taus=tuple(e.get("taus", [e["tau"]])),
+            bootstrap=Bootstrap.of(e["bootstrap"], f"{where}, bootstrap"),
+            admission=Admission.of(e["admission"], f"{where}, admission"),
+            students={s: Student.of(v, f"{where}, student {s!r}") for s, v in e["students"].items()},
+            train=Settings.of(e["train"], f"{where}, train"), rows=tuple(Row.of(r) for r in e["rows"]),
+            launcher=Launcher.of({"launcher": cfg.get("launcher", "local"),
+                                  "slurm": {**(cfg.get("slurm") or {}), **e.get("slurm", {})}}, f"{where}, slurm"),
+            rl_collapse=RLCollapse.of(e.get("rl_collapse"), f"{where}, rl_collapse"),
+            kv_attribution=KVAttribution.of(e.get("kv_attribution"), f"{where}, kv_attribution"),
+            infra=Infra.of(e.get("infra"), f"{where}, infra"),
+            verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"))
+
+    @property
+    def slurm(self) -> Slurm:
+        return self.launcher.slurm
+
+    @property
+    def baseline(self) -> Row:
+        return next(r for r in self.rows if r.baseline)
+
+    @property
+    def primary(self) -> str:
+        """The primary student: the first the config names."""
+        return next(iter(self.students))
+
+    def row(self, name: str) -> Row:
+        try:
+            return next(r for r in self.rows if r.name == name)
+        except StopIteration:
+            raise KeyError(f"experiment {self.name!r} has no row {name!r}") from None
+
+    def runs(self) -> list[Run]:
+        """Every run: each row x its students (default: the primary) x its seeds (default: the experiment's)."""
+        return [Run(run_id(r.name, s, seed), self.name, r, s, seed)
+                for r in self.rows for s in r.students_or(self.primary) for seed in r.seeds or self.seeds]
+
+    def settings(self, row: Row) -> Settings:
+        """A run of `row`'s training settings."""
+        return self.train.for_row(row)
+
+    @property
+    def guard_line(self) -> float:
+        """What `d_max: budget` means: the experiment's admission line L. It is the in-training level the
+        admission rule protects (admit iff alpha * D_hat < L, alpha turning the offline D_hat into in-training
+        D), and the guard watches in-training d_n, so L (not L / alpha, the line on the offline D_hat). A fixed
+        number of the config, not the measured budget of the analysis: a run whose line came from the
+        analysis would depend on every other run (and the analysis on it), and would retrain whenever one
+        more run moved the measured edge."""
+        return float(self.admission.L)
+
+    def guard(self, row: Row) -> Guard | None:
+        """The guard a run of `row` runs, its d_max a number (Guard.resolved), or None."""
+        return row.guard.resolved(self.guard_line) if row.guard is not None else None
+
+
+# ---------------------------------------------------------------- the jobs' specs
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Base of the job specs. `KIND` names the job (its specs' folder under results/<experiment>/_jobs/);
+    `PARSE` maps a field to how its JSON value is read back. `threads` is how many threads the job may use
+    (the rule's, from the command line): not part of the spec, never written."""
+    KIND: ClassVar[str] = ""
+    PARSE: ClassVar[dict[str, Any]] = {}
+    threads: int = field(default=1, compare=False, kw_only=True)
+
+    @property
+    def name(self) -> str:
+        """The spec file's name (without .json) in its kind's folder."""
+        return self.student
+
+    def to_json(self) -> dict:
+        """What the job's spec file holds."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "threads" or (f.default is not MISSING and v == f.default):
+                continue  # a field with a default is written only when set to something else
+            out[f.name] = _plain(v)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str | None = None):
+        """From a spec file's JSON (its keys exactly the fields, less any left at their default)."""
+        where = where or f"{cls.KIND} spec"
+        if not isinstance(d, Mapping):
+            raise SpecError(f"{where}: expected a mapping, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)} - {"threads"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+        missing = [k for k in _required(cls) if k not in d]
+        if missing:
+            raise SpecError(f"{where}: missing field(s) {missing}")
+        return cls(**{k: cls.PARSE[k](v) if k in cls.PARSE and v is not None else _tuples(v) for k, v in d.items()})
+
+    @classmethod
+    def of(cls, spec: "JobSpec | Mapping"):
+        """A spec as it is, or parsed from a spec file's JSON (the entry of tests and benchmarks that hold one)."""
+        return spec if isinstance(spec, cls) else cls.from_json(spec)
+
+    def sha256(self) -> str:
+        """The sha256 of the spec's canonical JSON."""
+        return hashlib.sha256(dumps(self.to_json()).encode()).hexdigest()
+
+
+_PARSE = {"row": Row.of, "student_spec": Student.of, "settings": Settings.of, "guard": Guard.of,
+          "probes": Probes.of, "verl": Verl.of}
+
+
+@dataclass(frozen=True)
+class BaseSpec(JobSpec):
+    """Train a tiny student and its teacher (SFT)."""
+    KIND = "base"
+    PARSE = _PARSE
+    experiment: str
+    backend: str
+    task_seed: int
+    student: str
+    student_spec: Student
+
+
+@dataclass(frozen=True)
+class TrainSpec(JobSpec):
+    """One training run: its row's computed fields (Row.params: placement left out), the student and its spec,
+    the run's settings (the row's overrides applied), the base models (tiny) or the verl settings (verl), the
+    resolved guard (d_max a number) and the probes of a probed run. The task seed is the settings' (the file
+    holds it at the top too)."""
+    KIND = "train"
+    PARSE = _PARSE
+    experiment: str
+    backend: str
+    run_id: str
+    row: Row
+    student: str
+    seed: int
+    settings: Settings
+    student_path: str | None
+    teacher_path: str | None
+    student_spec: Student | None = None  # the DAG's always hold it; the tiny trainer reads the base models' paths
+    guard: Guard | None = None
+    probes: Probes | None = None
+    verl: Verl | None = None
+
+    def __post_init__(self):
+        if self.backend == "verl" and (self.student_spec is None or self.verl is None):
+            raise SpecError(f"{self.run_id}: a verl run's spec needs its student_spec and verl settings")
+        if self.guard is not None and isinstance(self.guard.d_max, str):
+            raise SpecError(f"{self.run_id}: the guard's d_max must be resolved to a number (Experiment.guard)")
+        if self.guard is not None and self.probes is not None:  # the probes describe the row's engine alone
+            raise SpecError(f"{self.run_id}: a guarded run cannot be probed")
+
+    @property
+    def name(self) -> str:
+        return self.run_id
+
+    @property
+    def task_seed(self) -> int:
+        return self.settings.task_seed
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "task_seed": self.task_seed}
+
+    @classmethod
+    def from_json(cls, d: Mapping, where: str | None = None) -> "TrainSpec":
+        d = dict(d)
+        top = d.pop("task_seed", None)
+        spec = super().from_json(d, where)
+        if top is not None and top != spec.task_seed:
+            raise SpecError(f"{where or 'train spec'}: task_seed {top!r} differs from settings.task_seed "
+                            f"{spec.task_seed!r}")
+        return spec
+
+
+@dataclass(frozen=True)
+class _OfflineSpec(JobSpec):
+    """A job that measures without training (the student's weights as given): the base models' paths (tiny) or,
+    for verl, the student's spec, the verl settings and the experiment's training settings."""
+    PARSE = _PARSE
+    experiment: str
+    backend: str
+    task_seed: int
+    student: str
+    student_path: str | None
+    teacher_path: str | None
+
+
+@dataclass(frozen=True)
+class AdmissionSpec(_OfflineSpec):
+    """The offline admission estimate of one row on one student: `prompts` x `responses` drawn with `seed`."""
+    KIND = "admission"
+    row: Row
+    prompts: int
+    responses: int
+    seed: int
+    student_spec: Student | None = None
+    verl: Verl | None = None
+    settings: Settings | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.row.name}.{self.student}"
+
+
+@dataclass(frozen=True)
+class KVAttributionSpec(_OfflineSpec):
+    """The per-layer FP8 KV-cache attribution of one student, for each recipe of `recipes`."""
+    KIND = "kv_attribution"
+    recipes: tuple[str, ...]
+    prompts: int
+    responses: int
+    seed: int
+    student_spec: Student | None = None
+    verl: Verl | None = None
+    settings: Settings | None = None
+
+
+@dataclass(frozen=True)
+class ThroughputSpec(_OfflineSpec):
+    """Measured short OPD runs of `steps` steps at each staleness of `ks` with the experiment's settings."""
+    KIND = "throughput"
+    seed: int
+    ks: tuple[int, ...]
+    settings: Settings
+    steps: int
+    student_spec: Student | None = None
+    verl: Verl | None = None
+
+
+@dataclass(frozen=True)
+class MemoryBoundSpec(_OfflineSpec):
+    """Engine generation rates at memory-bound batch sizes (`batches`) under a KV budget of
+    `kv_budget_sequences` BF16 sequences, the best of `repeats` tries each."""
+    KIND = "memory_bound"
+    batches: tuple[int, ...]
+    kv_budget_sequences: int
+    repeats: int = 3
+    student_spec: Student | None = None
+    verl: Verl | None = None
+    settings: Settings | None = None
+
+
+JOB_SPECS: dict[str, type[JobSpec]] = {s.KIND: s for s in (BaseSpec, TrainSpec, AdmissionSpec, KVAttributionSpec,
+                                                            ThroughputSpec, MemoryBoundSpec)}
