@@ -154,49 +154,125 @@ def heldout_eval(student: M.Decoder, teacher: M.Decoder, heldout: Problems, sett
 
 # ---------------------------------------------------------------- the training run
 
-class RolloutWorker(threading.Thread):
-    """Samples the batch of step n with policy version n - k as soon as that version exists. With a
-    guard (opd.guard.GuardState, read under `cond`), a step the guard covers is sampled by its action's
-    engine: the row's numerics where the action keeps them (`rule.keeps_numerics`, opd.rows.Guard), else the
-    standard BF16 engine, at version n - k where it keeps the row's staleness (`rule.keeps_staleness`), else at
-    version n (synchronous): `fallback` BF16 at n, `sync` the row's numerics at n, `fallback_numerics` BF16
-    at n - k. Version n - k exists only once step n - k - 1 was observed, so the guard's decision for step n
-    never depends on timing."""
+@dataclass(frozen=True)
+class Rollouts:
+    """What the rollout worker samples with: the row's engine, the guard action's engine where the action does
+    not keep the row's numerics (`fallback`), the run's guard (`rule`: opd.rows.Guard, or None), the training
+    problems, the settings, the run's seed and the row's staleness k."""
+    engine: Engine
+    fallback: Engine | None
+    rule: Guard | None
+    train: Problems
+    settings: Settings
+    seed: int
+    staleness: int
 
-    def __init__(self, engine: Engine, versions: dict, cond: threading.Condition, train: Problems,
-                 settings: Settings, seed: int, k: int, start: int, guard: GuardState | None = None,
-                 fallback: Engine | None = None, rule: Guard | None = None):
+
+class RolloutWorker(threading.Thread):
+    """Samples the batch of step n with policy version n - k as soon as that version exists (`state.versions`,
+    read under `cond`). With a guard (`state.guard`, opd.guard.GuardState, read under `cond`), a step the guard
+    covers is sampled by its action's engine: the row's numerics where the action keeps them
+    (`rule.keeps_numerics`, opd.rows.Guard), else the standard BF16 engine, at version n - k where it keeps the
+    row's staleness (`rule.keeps_staleness`), else at version n (synchronous): `fallback` BF16 at n, `sync` the
+    row's numerics at n, `fallback_numerics` BF16 at n - k. Version n - k exists only once step n - k - 1 was
+    observed, so the guard's decision for step n never depends on timing. Puts (step, problem indices,
+    rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead, or the exception
+    that stopped it."""
+
+    def __init__(self, rollouts: Rollouts, state: "RunState", cond: threading.Condition, start: int):
         super().__init__(daemon=True)
-        self.engine, self.versions, self.cond, self.train = engine, versions, cond, train
-        self.s, self.seed, self.k, self.start_step = settings, seed, k, start
-        self.guard, self.fallback, self.rule = guard, fallback, rule
-        self.out: queue.Queue = queue.Queue(maxsize=k + 1)
+        self.r, self.state, self.cond, self.start_step = rollouts, state, cond, start
+        self.out: queue.Queue = queue.Queue(maxsize=rollouts.staleness + 1)
         self.stop = threading.Event()
 
     def run(self):
+        r, versions, guard = self.r, self.state.versions, self.state.guard
         try:
-            for n in range(self.start_step, self.s.steps):
-                v = engine_version(n, self.k)
+            for n in range(self.start_step, r.settings.steps):
+                v = engine_version(n, r.staleness)
                 with self.cond:
-                    self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
-                    kind = self.guard.engine(n) if self.guard else ROW_ENGINE
+                    self.cond.wait_for(lambda: v in versions or self.stop.is_set())
+                    kind = guard.engine(n) if guard else ROW_ENGINE
                     acting = kind != ROW_ENGINE
-                    if acting and not self.rule.keeps_staleness:
+                    if acting and not r.rule.keeps_staleness:
                         v = n
-                        self.cond.wait_for(lambda: v in self.versions or self.stop.is_set())
+                        self.cond.wait_for(lambda: v in versions or self.stop.is_set())
                     if self.stop.is_set():
                         return
-                    state = self.versions[v]
-                engine = self.fallback if acting and not self.rule.keeps_numerics else self.engine
-                sync = engine.load(state, v) if engine.version != v else 0.0
+                    weights = versions[v]
+                engine = r.fallback if acting and not r.rule.keeps_numerics else r.engine
+                sync = engine.load(weights, v) if engine.version != v else 0.0
                 t = time.perf_counter()
-                rng = np.random.default_rng([self.seed, n, 1])
-                idx = np.repeat(rng.choice(len(self.train), self.s.prompts_per_step, replace=False),
-                                self.s.responses_per_prompt)
-                roll = engine.generate(self.train.prompts(idx), step_generator(self.seed, n, 2))
+                rng = np.random.default_rng([r.seed, n, 1])
+                idx = np.repeat(rng.choice(len(r.train), r.settings.prompts_per_step, replace=False),
+                                r.settings.responses_per_prompt)
+                roll = engine.generate(r.train.prompts(idx), step_generator(r.seed, n, 2))
                 self.out.put((n, idx, roll, sync, time.perf_counter() - t, kind))
         except BaseException as e:  # surface the failure in the trainer thread
             self.out.put(e)
+
+
+@dataclass
+class RunState:
+    """A run's state between steps: exactly what its checkpoint holds, under the same keys (a run killed by
+    older code resumes). `step` steps are done; `versions` holds the policy versions the rollout may still
+    sample with ({version: state dict}; version 0 is the weights before the first step, n + 1 those after
+    step n); `kept` the versions the caller asked to keep (a probed run's); `guard` the guard's state."""
+    student: M.Decoder  # "student": its state dict
+    opt: AdamW  # "optimizer"
+    guard: GuardState | None = None  # "guard": GuardState.state()
+    step: int = 0
+    versions: dict[int, dict] = field(default_factory=dict)
+    steps_rows: list[dict] = field(default_factory=list)
+    heldout_rows: list[dict] = field(default_factory=list)
+    kept: dict[int, dict] = field(default_factory=dict)
+
+    def begin(self, keep) -> None:
+        """A fresh run: version 0 is the student as given."""
+        self.versions[0] = clone_state(self.student)
+        if 0 in keep:
+            self.kept[0] = self.versions[0]
+
+    def resume(self, path: Path, keep, run_id: str) -> None:
+        """Continue from the checkpoint at `path`; it must hold every version of `keep` up to its step."""
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        self.student.load_state_dict(ck["student"])
+        self.opt.load_state_dict(ck["optimizer"])
+        self.versions.update(ck["versions"])
+        self.steps_rows, self.heldout_rows, self.step = ck["steps_rows"], ck["heldout_rows"], ck["step"]
+        self.kept.update(ck.get("kept", {}))
+        lost = {v for v in keep if v <= self.step} - set(self.kept)
+        if lost:  # a checkpoint written for other probe settings (or none): it cannot give those weights back
+            raise ValueError(f"{run_id}: {path} lacks the kept policy versions {sorted(lost)}; "
+                             "delete it to train the run from the start")
+        if self.guard is not None:
+            self.guard = GuardState.from_state(ck["guard"])
+
+    def save(self, path: Path) -> None:
+        store.atomic_torch_save({"student": self.student.state_dict(), "optimizer": self.opt.state_dict(),
+                                 "versions": self.versions, "steps_rows": self.steps_rows,
+                                 "heldout_rows": self.heldout_rows, "step": self.step,
+                                 "guard": self.guard.state() if self.guard else None, "kept": self.kept}, path)
+
+    def evaluate(self, step: int, teacher: M.Decoder, heldout: Problems, s: Settings) -> None:
+        """The held-out evaluation of the weights after `step` steps, if `step` is an evaluated one not yet done."""
+        if step in s.eval_steps() and not any(r["step"] == step for r in self.heldout_rows):
+            self.student.eval()
+            self.heldout_rows.append({"step": step, **heldout_eval(self.student, teacher, heldout, s, 0, step)})
+            self.student.train()
+
+    def advance(self, n: int, d_n: float, keep, staleness: int) -> None:
+        """Step n is done (call under the rollout's condition): the guard sees its d_n before version n + 1
+        exists (the rollout of step n + 1 + k waits on it), version n + 1 is stored (and kept where asked), and
+        versions no rollout can still need are dropped."""
+        if self.guard is not None:
+            self.guard.observe(n, d_n)
+        self.versions[n + 1] = clone_state(self.student)
+        if n + 1 in keep:
+            self.kept[n + 1] = self.versions[n + 1]
+        for old in [v for v in self.versions if v < n + 1 - staleness]:
+            del self.versions[old]
+        self.step = n + 1
 
 
 def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
@@ -222,62 +298,38 @@ def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) 
     `keep` names versions (the caller still needs it). Returns the policy versions named in `keep`
     ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
     checkpointed, so a resumed run returns them too). A spec with a guard runs the mismatch guard; its state
-    is checkpointed."""
+    is checkpointed. `progress(step, steps, measurements)` is called after each step."""
     spec = TrainSpec.of(spec)
-    out_dir = Path(out_dir)
-    row, seed = spec.row, spec.seed
-    s = spec.settings
+    out_dir, s, row, seed = Path(out_dir), spec.settings, spec.row, spec.seed
+    k, ckpt_path = row.staleness, out_dir / CHECKPOINT
+
+    # ---------------------------------------------------------------- set-up: task, models, optimizer
     set_threads(spec)
-    algorithm, variant, k = row.algorithm, row.variant, row.staleness
     torch.manual_seed(seed)
     train, heldout = make_task(s.task_seed)
     student = M.load(spec.student_path)
     teacher = M.load(spec.teacher_path).eval()
-    opt = AdamW(student.parameters(), lr=s.lr, weight_decay=0.0)
-    steps_rows, heldout_rows, start = [], [], 0
-    ckpt_path = out_dir / CHECKPOINT
-    versions: dict[int, dict] = {}
-    kept: dict[int, dict] = {}
-    guard = GuardState.of(spec.guard, k, s.steps) if spec.guard else None
+    state = RunState(student, AdamW(student.parameters(), lr=s.lr, weight_decay=0.0),
+                     guard=GuardState.of(spec.guard, k, s.steps) if spec.guard else None)
+
+    # ---------------------------------------------------------------- resume, or start from version 0
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        student.load_state_dict(ck["student"])
-        opt.load_state_dict(ck["optimizer"])
-        versions.update(ck["versions"])
-        steps_rows, heldout_rows, start = ck["steps_rows"], ck["heldout_rows"], ck["step"]
-        kept.update(ck.get("kept", {}))
-        lost = {v for v in keep if v <= start} - set(kept)
-        if lost:  # a checkpoint written for other probe settings (or none): it cannot give those weights back
-            raise ValueError(f"{spec.run_id}: {ckpt_path} lacks the kept policy versions {sorted(lost)}; "
-                             "delete it to train the run from the start")
-        if guard is not None:
-            guard = GuardState.from_state(ck["guard"])
+        state.resume(ckpt_path, keep, spec.run_id)
     else:
-        versions[0] = clone_state(student)
-        if 0 in keep:
-            kept[0] = versions[0]
+        state.begin(keep)
 
-    def save_checkpoint(step):
-        store.atomic_torch_save({"student": student.state_dict(), "optimizer": opt.state_dict(),
-                                 "versions": versions, "steps_rows": steps_rows, "heldout_rows": heldout_rows,
-                                 "step": step, "guard": guard.state() if guard else None, "kept": kept}, ckpt_path)
-
-    def evaluate(step):
-        if step in s.eval_steps() and not any(r["step"] == step for r in heldout_rows):
-            student.eval()
-            heldout_rows.append({"step": step, **heldout_eval(student, teacher, heldout, s, 0, step)})
-            student.train()
-
+    # ---------------------------------------------------------------- the rollout worker (k steps ahead)
     cond = threading.Condition()
     engine = Engine(student.cfg, Numerics.of_row(row, seed), calibration=lambda: calibration_batch(s.task_seed))
-    rule = spec.guard  # the guard this run runs (its spec's, parsed once), as opd.rows.Guard
-    fallback = Engine(student.cfg, Numerics()) if rule and not rule.keeps_numerics else None
-    worker = RolloutWorker(engine, versions, cond, train, s, seed, k, start, guard, fallback, rule)
+    fallback = Engine(student.cfg, Numerics()) if spec.guard and not spec.guard.keeps_numerics else None
+    worker = RolloutWorker(Rollouts(engine, fallback, spec.guard, train, s, seed, k), state, cond, start=state.step)
     worker.start()
-    wait_total = 0.0
+
+    # ---------------------------------------------------------------- training loop
     try:
-        for n in range(start, s.steps):
-            evaluate(n)
+        for n in range(state.step, s.steps):
+            state.evaluate(n, teacher, heldout, s)
+            # wait for step n's batch (sampled by version n - k)
             t_step = time.perf_counter()
             item = worker.out.get()
             wait = time.perf_counter() - t_step
@@ -285,36 +337,34 @@ def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) 
                 raise item
             n_got, idx, roll, sync, rollout_s, kind = item
             assert n_got == n, (n_got, n)
-            for group in opt.param_groups:
+            # one optimizer step at this step's learning rate
+            for group in state.opt.param_groups:
                 group["lr"] = s.lr_at(n)
-            row_out = update(student, teacher, opt, roll, idx, train, algorithm, variant, s)
+            measured = update(student, teacher, state.opt, roll, idx, train, row.algorithm, row.variant, s)
+            # version n + 1 exists: the guard has seen d_n, the rollout may go on
             with cond:
-                if guard is not None:  # before version n + 1 exists: the rollout of step n + 1 + k waits on it
-                    guard.observe(n, row_out["d_n"])
-                versions[n + 1] = clone_state(student)
-                if n + 1 in keep:
-                    kept[n + 1] = versions[n + 1]
-                for old in [v for v in versions if v < n + 1 - k]:
-                    del versions[old]
+                state.advance(n, measured["d_n"], keep, k)
                 cond.notify_all()
-            wait_total += wait
-            steps_rows.append({"step": n, **row_out, "staleness": n - roll.version, "policy_version": n,
-                               "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
-                               "wait_s": wait, "step_s": time.perf_counter() - t_step, "engine": kind,
-                               "guard_active": kind != ROW_ENGINE})
+            # log the step; checkpoint
+            state.steps_rows.append({"step": n, **measured, "staleness": n - roll.version, "policy_version": n,
+                                     "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
+                                     "wait_s": wait, "step_s": time.perf_counter() - t_step, "engine": kind,
+                                     "guard_active": kind != ROW_ENGINE})
             if progress:
-                progress(n + 1, s.steps, row_out)
+                progress(n + 1, s.steps, measured)
             if (n + 1) % s.checkpoint_every == 0 and n + 1 < s.steps:
-                save_checkpoint(n + 1)
-        evaluate(s.steps)
+                state.save(ckpt_path)
+        state.evaluate(s.steps, teacher, heldout, s)
     finally:
         worker.stop.set()
         with cond:
             cond.notify_all()
-    write_outputs(spec, steps_rows, heldout_rows, out_dir)
+
+    # ---------------------------------------------------------------- outputs
+    write_outputs(spec, state.steps_rows, state.heldout_rows, out_dir)
     if not keep:
         ckpt_path.unlink(missing_ok=True)
-    return kept
+    return state.kept
 
 
 def clone_state(model: torch.nn.Module) -> dict:
