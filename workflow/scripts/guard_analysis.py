@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from opd import config as C
-from opd import scripts, store
+from opd import derived, scripts, store
 from opd.guard import GuardState
 from opd.rows import Row
 
@@ -87,7 +87,7 @@ def main(inp, out, params):
     steps = store.read_table(inp.steps)
     verdicts = store.read_table(inp.verdicts)
     rows = [Row.of(r) for r in params.rows]
-    store.write_table(guard_record(steps, verdicts, rows, params.baseline, params.experiment), out[0])
+    derived.write_table(guard_record(steps, verdicts, rows, params.baseline, params.experiment), out[0])
 
 
 if "snakemake" in globals():
