@@ -47,11 +47,25 @@ def main(argv=None) -> int:
                    "are unchanged since this checkout last hashed them (bit rot)")
     c.add_argument("--record-legacy", action="store_true", help="write sizes and sha256 into the run.json of "
                    "complete runs that have none (written before hashes were recorded), after the full check")
+    v = sub.add_parser("verdict", help="is this row's engine within budget? Its verdicts, budget and admission "
+                       "decision per student, from the analysis files alone (never trains), and what is missing")
+    v.add_argument("row", help="a row of the experiment (config.yaml)")
+    v.add_argument("--student", default=None, help="default: every student the row runs")
+    v.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    v.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     args = p.parse_args(argv)
 
     from opd import store
     if args.job == "check-runs":
         return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
+    if args.job == "verdict":
+        from opd import config as C
+        from opd import verdict
+        try:
+            return verdict.main(args.row, args.student, args.experiment, args.config)
+        except C.ConfigError as e:
+            print(f"opd verdict: {e}", file=sys.stderr)
+            return 2
     try:
         return run(p, args)
     except store.DiskFull as e:  # the message says which file, which filesystem and what to do
@@ -89,7 +103,22 @@ def run(p, args) -> int:
         p.error(str(e))
     spec = args.spec if args.threads is None else {**args.spec, "threads": args.threads}
     launch.run_job(fn, spec, args.out, launcher if args.job != "base" else {"launcher": "local"})
+    if args.job == "admission":
+        admission_summary(args.spec, args.out, launcher)
     return 0
+
+
+def admission_summary(spec: dict, out: Path, launcher: dict) -> None:
+    """The admission check's decision, once its file is written (either backend, either launcher): D_hat +- SE
+    against the experiment's line and admit / reject. The line and the bootstrap come with the launcher file
+    (`admission_line`, common.smk), not the spec: changing the line never reruns a check."""
+    line = launcher.get("admission_line")
+    if not line or line.get("experiment") != spec.get("experiment"):
+        return
+    from opd import store, verdict
+    d = verdict.admission_estimate(store.read_table(out), line["alpha"], line["L"], line["resamples"], line["seed"],
+                                   str(out))
+    print(f"admission {spec['row']['name']}.{spec['student']}: {d.text()}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -126,10 +126,13 @@ def label_lines(ax, lines, labels, gap_pt: float = 6.5, pad_pt: float = 10.0):
                             [ln.get_color() for ln in lines], gap, pad_pt, LEGEND["fontsize"])
 
 
-def label_points(ax, xs, ys, labels, colors, gap_pt: float = 5.5, pad_pt: float = 3.0, fontsize: float = 5):
-    """Short labels just right of points; those at the same x spread apart so that none overlaps another.
-    Call after plotting: it freezes the axis limits."""
+def label_points(ax, xs, ys, labels, colors, gap_pt: float = 5.5, pad_pt: float = 3.0, fontsize: float = 5,
+                 together: bool = False):
+    """Short labels just right of points; those at the same x (`together`: all of them) spread apart so that
+    none overlaps another. Call after plotting: it freezes the axis limits."""
     gap = 1.1 * gap_pt / _freeze(ax)
+    if together:
+        return _annotate_spread(ax, list(zip(xs, ys)), list(labels), list(colors), gap, pad_pt, fontsize)
     texts = []
     for x in dict.fromkeys(xs):
         i = [j for j, xj in enumerate(xs) if xj == x]

@@ -10,10 +10,13 @@ STUDENT_RANK = {s: i for i, s in enumerate(sorted(E["students"], key=lambda s: C
 OUT = f"results/{EXP}"
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"
-# Where training jobs run: written to a file that is not an input, so switching launcher or editing
-# the site's Slurm settings never reruns finished runs.
+# Where training jobs run, and the admission line the admission check's summary line decides against:
+# written to a file that is not an input, so switching launcher, editing the site's Slurm settings or moving
+# the line never reruns finished jobs.
 LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", {
-    "launcher": config["launcher"], "slurm": {**config.get("slurm", {}), **E.get("slurm", {})}})
+    "launcher": config["launcher"], "slurm": {**config.get("slurm", {}), **E.get("slurm", {})},
+    "admission_line": {"experiment": EXP, "alpha": E["admission"]["alpha"], "L": E["admission"]["L"],
+                       "resamples": E["bootstrap"]["resamples"], "seed": E["bootstrap"]["seed"]}})
 # The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
 # its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
 # checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,
