@@ -53,11 +53,32 @@ def main(argv=None) -> int:
     v.add_argument("--student", default=None, help="default: every student the row runs")
     v.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
     v.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    x = sub.add_parser("export", help="per-step and held-out curves of complete runs as TensorBoard event files "
+                       "and/or W&B offline runs (one run, a row, or the whole experiment); optional extra: "
+                       "pip install -e '.[export]'")
+    x.add_argument("--tensorboard", type=Path, default=None, metavar="DIR", help="write event files to DIR/<run_id>/")
+    x.add_argument("--wandb", type=Path, default=None, metavar="DIR", help="write W&B offline runs under DIR/wandb/")
+    x.add_argument("--project", default=None, help="W&B project (default: opd-budget-<experiment>)")
+    x.add_argument("--run", default=None, help="one run id, <row>.<student>.s<seed>")
+    x.add_argument("--row", default=None, help="every run of one row")
+    x.add_argument("--student", default=None, help="with --row or alone: only this student's runs")
+    x.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    x.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     args = p.parse_args(argv)
 
     from opd import store
     if args.job == "check-runs":
         return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
+    if args.job == "export":
+        from opd import config as C
+        from opd import export
+        if not (args.tensorboard or args.wandb):
+            p.error("export: give --tensorboard DIR, --wandb DIR, or both")
+        try:
+            return export.main(args)
+        except (C.ConfigError, RuntimeError) as e:
+            print(f"opd export: {e}", file=sys.stderr)
+            return 2
     if args.job == "verdict":
         from opd import config as C
         from opd import verdict
