@@ -186,6 +186,10 @@ def cross_field_errors(cfg: dict) -> list[str]:
             for msg in plan.experiment_errors(e):
                 field, why = msg.split(": ", 1)
                 errors.append(f"experiment {exp!r}, field {field!r}: {why}")
+            if e.get("verl", {}).get("extra_overrides") or "logger" in e.get("verl", {}):
+                from opd.backends.verl.overrides import extra_override_errors
+                errors += [f"experiment {exp!r}, field {m.split(': ', 1)[0]!r}: {m.split(': ', 1)[1]}"
+                           for m in extra_override_errors(cfg, exp)]
             for i, r in enumerate(e["rows"]):
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
