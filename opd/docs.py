@@ -3,7 +3,9 @@
 - docs/config.md: every field of config.yaml, from the schema's own descriptions
   (workflow/schemas/config.schema.yaml; a field without one is an error here and in the test);
 - docs/figures.md: every figure and table with its caption, from the captions the report uses
-  (workflow/report/<rule>.rst, their one home) and the toy experiment's files."""
+  (workflow/report/<rule>.rst, their one home) and the toy experiment's files;
+- docs/recipes.md: every engine recipe with its registry description (opd.quant.RECIPES) and how the verl
+  backend computes it (opd.backends.verl.plan.kernels)."""
 from __future__ import annotations
 
 import re
@@ -187,7 +189,36 @@ def figures_md() -> str:
     return "\n".join(out)
 
 
-PAGES = {"config.md": config_md, "figures.md": figures_md}
+# ---------------------------------------------------------------- docs/recipes.md
+
+def recipes_md() -> str:
+    """Every engine recipe a row can name (opd.quant.RECIPES, with its own description) and how the verl backend
+    computes a row holding it alone (opd.backends.verl.plan.kernels; the tiny engine runs every recipe)."""
+    from opd.backends.verl import plan
+    from opd.quant import RECIPES
+    out = [GENERATED.format(source="opd/quant.py's RECIPES and opd/backends/verl/plan.py"),
+           "# Engine recipes\n",
+           "What a row's `weights`, `activations` and `kv_cache` (and `noise_sigma`) can name. The tiny backend computes "
+           "every recipe with `opd/quant.py`'s functions. On the verl backend a recipe is vLLM's own kernel where vLLM "
+           "has one for a BF16 checkpoint, emulated by the weight-sync hook (`opd.backends.verl.hook`: the same functions "
+           "on each synced weight, vLLM then computes with the dequantized values) for weights it lacks, and refused at "
+           "validation for activations it lacks (vLLM quantizes activations only inside its own quantized kernels). "
+           "The verl column is `plan.kernels` of a row holding that recipe alone.\n",
+           "| recipe | verl (vLLM 0.24 through verl 0.9.1) | what it is |", "|---|---|---|"]
+    rows = [(kind, name, r.about) for kind, rs in RECIPES.items() for name, r in rs.items() if name != "none"]
+    noise = _schema()["$defs"]["row"]["properties"]["noise_sigma"]["description"]
+    for kind, name, about in rows + [("noise_sigma", 0.1, noise)]:
+        for (w, a), q in plan.NATIVE.items():
+            if (kind, name) in (("weights", w), ("activations", a)):
+                other = ("activations", a) if kind == "weights" else ("weights", w)
+                about += (f"; on verl a vLLM kernel together with `{other[0]}: {other[1]}` and no layer kept BF16 "
+                          f"(`rollout.quantization={q}`)")
+        label = "noise_sigma" if kind == "noise_sigma" else f"{kind}: {name}"
+        out.append(f"| `{label}` | {plan.kernels({'name': 'x', kind: name})[kind]} | {_md(about)} |")
+    return "\n".join(out) + "\n"
+
+
+PAGES = {"config.md": config_md, "figures.md": figures_md, "recipes.md": recipes_md}
 
 
 def main(argv=None) -> int:
