@@ -9,7 +9,7 @@ between them), and so is every row `--config highlight=ROW` names (edge_rows, hi
 import numpy as np
 import pandas as pd
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 from opd.rows import Row
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
@@ -85,7 +85,7 @@ def panel(ax, v, budget, tau: float, student: str, guarded=None, highlight=()):
         v_axis = np.concatenate([v[c] for c in (lo_col, hi_col, "delta")] + [guarded[c] for c in (lo_col, hi_col, "delta")])
     else:
         v_axis = np.concatenate([v[lo_col], v[hi_col], v["delta"]])
-    ax.set_xscale("log")
+    ax.set_xscale(plotmath.LOG)
     report.delta_axis(ax, 100 * v_axis)
     ax.set_xlabel("run mismatch D (nats/token, log)")
     ax.set_ylabel("Δ held-out KL vs standard engine (%)")
