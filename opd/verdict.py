@@ -218,7 +218,7 @@ class Analysis:
     """The analysis files of one experiment, each read once (absent files read as None)."""
 
     def __init__(self, exp: Experiment):
-        self.exp, self.folder, self._t = exp, exp.out / "analysis", {}
+        self.exp, self.folder, self._t, self._index = exp, exp.out / "analysis", {}, {}
 
     def table(self, name: str) -> pd.DataFrame | None:
         if name not in self._t:
@@ -227,14 +227,21 @@ class Analysis:
         return self._t[name]
 
     def one(self, table: str, **keys) -> dict | None:
-        """The first record of `table` whose columns equal `keys` (floats within 1e-12), or None."""
+        """The first record of `table` whose columns equal `keys` (floats to 12 decimals), or None."""
         t = self.table(table)
         if t is None:
             return None
-        m = t
-        for k, v in keys.items():
-            m = m[(m[k] - v).abs() < 1e-12] if isinstance(v, float) else m[m[k] == v]
-        return m.iloc[0].to_dict() if len(m) else None
+        names = tuple(keys)
+        if (table, names) not in self._index:
+            index = {}
+            for rec in t.to_dict("records"):
+                index.setdefault(tuple(_key(rec[k]) for k in names), rec)
+            self._index[table, names] = index
+        return self._index[table, names].get(tuple(_key(v) for v in keys.values()))
+
+
+def _key(v):
+    return round(float(v), 12) if isinstance(v, float) else v
 
 
 def admission_estimate(seqs: pd.DataFrame, alpha: float, L: float, resamples: int, boot_seed: int,

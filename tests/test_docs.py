@@ -8,6 +8,7 @@ data, and the benchmarks, which take minutes); a few are not run, each for the r
 preceded by `<!-- docs-test: not run (why) -->` is not run. A command matching none of these fails the test:
 classify it here, or mark its block. A ```yaml block holding one new row (`- {name: ...}`) is added to the
 clone's config first, as the reader adds it."""
+import importlib.util
 import re
 import shlex
 import subprocess
@@ -56,11 +57,17 @@ def starts(cmd, prefix) -> bool:
                for i, p in enumerate(prefix))
 
 
+OPTIONAL = {"--tensorboard": "tensorboard", "--wandb": "wandb"}  # the export extra's tools, where a command needs one
+
+
 def how(cmd) -> tuple[str, str]:
     """('skip', why), ('run', ''), ('dry', '') or ('help', '') for one command; ('unknown', ...) otherwise."""
     for prefix, why in NOT_RUN.items():
         if starts(cmd, prefix[:1]) and all(p in cmd for p in prefix[1:]):
             return "skip", why
+    missing = [m for flag, m in OPTIONAL.items() if flag in cmd and importlib.util.find_spec(m) is None]
+    if missing:
+        return "skip", f"needs the optional {', '.join(missing)} (pip install -e '.[export]')"
     if cmd[0] == "snakemake":
         return "dry", ""
     if any(starts(cmd, p) for p in RUN):

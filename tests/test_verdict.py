@@ -156,3 +156,32 @@ def test_budget_figure_names_the_edge_rows_and_the_highlighted_ones():
     ll = v[v.student == "llama-s"]
     bl = b[(b.student == "llama-s") & (b.rule == "seeds") & (b.tau == 0.2)].iloc[0]
     assert set(F.edge_rows(ll, "verdict_seeds", bl.lo, bl.hi)) == set(ll.loc[ll.D.isin([bl.lo, bl.hi]), "config"])
+
+
+def test_a_changed_row_is_named_and_its_verdict_called_old(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    next(r for r in cfg["experiments"]["toy"]["rows"] if r["name"] == "fp8w")["weights"] = "fp8_block"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    r = verdict_cli("fp8w", "--student", "qwen-s", "--config", str(path))
+    assert r.returncode == 0, r.stderr
+    assert ("the row changed since the analysis (weights): what follows is the old row's; "
+            "`snakemake -c 2 results/toy/analysis/verdicts.parquet` retrains it") in r.stdout
+
+
+def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):
+    """The Snakefile's onsuccess, in a real run that trains nothing (a fresh clone reruns its analysis): against
+    a record in which nvfp4 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
+    clone = make_clone(tmp_path / "clone")
+    state = clone / ".snakemake/opd/verdicts-toy.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(clone)  # the record is of the clone's analysis files, read as Snakemake reads them
+    record = V.seen(C.load(clone / "config.yaml"), "toy")
+    record["nvfp4"]["qwen-s"]["paper"] = "pass"
+    state.write_text(json.dumps(record))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2", "results/toy/analysis/verdicts.parquet"],
+                       cwd=clone, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("verdict of ")]
+    assert len(lines) == 1 and lines[0].startswith("verdict of nvfp4: qwen-s: changed: pass (paper's rule)")
+    assert json.loads(state.read_text())["nvfp4"]["qwen-s"]["paper"] == "fail"  # recorded for the next run
