@@ -22,6 +22,17 @@ include: "workflow/rules/findings.smk"
 include: "workflow/rules/mechanism.smk"
 
 
+# At the end of a run, one line per row whose verdict is new or changed (opd.verdict; `python -m opd.cli
+# verdict ROW` explains one), against the verdicts this checkout saw before the run.
+from opd import verdict as V
+
+VERDICTS_BEFORE = V.before(config, EXP)
+
+
+onsuccess:
+    V.announce(config, EXP, VERDICTS_BEFORE)
+
+
 rule all:
     default_target: True
     input:

@@ -1,6 +1,6 @@
 """The instrument's noise under different training settings: the seed-vs-seed spread of Delta of the
 standard engine against itself (true Delta = 0), and the share of the held-out KL gap OPD closes.
-This is how the toy's settings were chosen (README, "The instrument"). Each setting trains `--seeds`
+This is how the toy's settings were chosen (docs/methods.md, "The instrument"). Each setting trains `--seeds`
 runs of the bf16 row of the primary student from the committed base models, two at a time.
 Run: python benchmarks/noise_levers.py [--seeds 6] [--only NAME ...]   (about 40 s per run-pair on 2 cores)"""
 import argparse

@@ -55,11 +55,46 @@ def main(argv=None) -> int:
                    "are unchanged since this checkout last hashed them (bit rot)")
     c.add_argument("--record-legacy", action="store_true", help="write sizes and sha256 into the run.json of "
                    "complete runs that have none (written before hashes were recorded), after the full check")
+    v = sub.add_parser("verdict", help="is this row's engine within budget? Its verdicts, budget and admission "
+                       "decision per student, from the analysis files alone (never trains), and what is missing")
+    v.add_argument("row", help="a row of the experiment (config.yaml)")
+    v.add_argument("--student", default=None, help="default: every student the row runs")
+    v.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    v.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    x = sub.add_parser("export", help="per-step and held-out curves of complete runs as TensorBoard event files "
+                       "and/or W&B offline runs (one run, a row, or the whole experiment); optional extra: "
+                       "pip install -e '.[export]'")
+    x.add_argument("--tensorboard", type=Path, default=None, metavar="DIR", help="write event files to DIR/<run_id>/")
+    x.add_argument("--wandb", type=Path, default=None, metavar="DIR", help="write W&B offline runs under DIR/wandb/")
+    x.add_argument("--project", default=None, help="W&B project (default: opd-budget-<experiment>)")
+    x.add_argument("--run", default=None, help="one run id, <row>.<student>.s<seed>")
+    x.add_argument("--row", default=None, help="every run of one row")
+    x.add_argument("--student", default=None, help="with --row or alone: only this student's runs")
+    x.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    x.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     args = p.parse_args(argv)
 
     from opd import store
     if args.job == "check-runs":
         return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
+    if args.job == "export":
+        from opd import config as C
+        from opd import export
+        if not (args.tensorboard or args.wandb):
+            p.error("export: give --tensorboard DIR, --wandb DIR, or both")
+        try:
+            return export.main(args)
+        except (C.ConfigError, RuntimeError) as e:
+            print(f"opd export: {e}", file=sys.stderr)
+            return 2
+    if args.job == "verdict":
+        from opd import config as C
+        from opd import verdict
+        try:
+            return verdict.main(args.row, args.student, args.experiment, args.config)
+        except C.ConfigError as e:
+            print(f"opd verdict: {e}", file=sys.stderr)
+            return 2
     try:
         return run(p, args)
     except store.DiskFull as e:  # the message says which file, which filesystem and what to do
@@ -109,7 +144,24 @@ def run(p, args) -> int:
     except ValueError as e:
         p.error(str(e))
     launch.run_job(fn, spec, args.out, launcher if args.job != "base" else Launcher())
+    if args.job == "admission":
+        admission_summary(spec, args.out)
     return 0
+
+
+def admission_summary(spec: AdmissionSpec, out: Path) -> None:
+    """The admission check's decision, once its file is written (either backend, either launcher): D_hat +- SE
+    against the experiment's line and admit / reject. The line and the bootstrap come from the file the DAG writes
+    (opd.dag.admission_line_path), not the spec: changing the line never reruns a check. Without that file (a job
+    run by hand) there is no line to decide against, and nothing is printed."""
+    from opd import dag, store, verdict
+    try:
+        line = _json(dag.admission_line_path(spec.experiment))
+    except (OSError, ValueError):
+        return
+    d = verdict.admission_estimate(store.read_table(out), line["alpha"], line["L"], line["resamples"], line["seed"],
+                                   str(out))
+    print(f"admission {spec.row.name}.{spec.student}: {d.text()}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

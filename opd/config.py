@@ -82,6 +82,7 @@ def cross_field_errors(cfg: dict) -> list[str]:
     if cfg["experiment"] not in cfg["experiments"]:
         errors.append(f"field 'experiment': unknown experiment {cfg['experiment']!r}; "
                       f"known: {sorted(cfg['experiments'])}")
+    errors += highlight_errors(cfg)
     for exp, e in cfg["experiments"].items():
         students = e["students"]
         matrix = [Row.of(r) for r in e["rows"]]
@@ -147,6 +148,10 @@ def cross_field_errors(cfg: dict) -> list[str]:
             for msg in plan.experiment_errors(e):
                 field, why = msg.split(": ", 1)
                 errors.append(f"experiment {exp!r}, field {field!r}: {why}")
+            if e.get("verl", {}).get("extra_overrides") or "logger" in e.get("verl", {}):
+                from opd.backends.verl.overrides import extra_override_errors
+                errors += [f"experiment {exp!r}, field {m.split(': ', 1)[0]!r}: {m.split(': ', 1)[1]}"
+                           for m in extra_override_errors(cfg, exp)]
             for i, r in enumerate(e["rows"]):
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
@@ -158,6 +163,27 @@ def cross_field_errors(cfg: dict) -> list[str]:
                 errors.append(f"experiment {exp!r}, row ({base.name!r}), field 'students': the baseline must "
                               f"cover every student other rows use; missing {sorted(missing)}")
     return errors
+
+
+def highlighted(cfg: dict) -> tuple[str, ...]:
+    """The rows `highlight` names (a row name or a list): the budget figure names them."""
+    h = cfg.get("highlight") or ()
+    return (h,) if isinstance(h, str) else tuple(h)
+
+
+def highlight_errors(cfg: dict) -> list[str]:
+    """A `highlight` that names no row of the selected experiment, with the closest row names."""
+    import difflib
+    if cfg.get("experiment") not in cfg.get("experiments", {}):
+        return []
+    names = [r["name"] for r in cfg["experiments"][cfg["experiment"]]["rows"]]
+    out = []
+    for h in highlighted(cfg):
+        if h not in names:
+            close = difflib.get_close_matches(h, names, n=3)
+            out.append(f"field 'highlight': experiment {cfg['experiment']!r} has no row {h!r}"
+                       + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ""))
+    return out
 
 
 def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:

@@ -15,6 +15,18 @@ def spec_path(out: str, spec: JobSpec) -> str:
     return f"{out}/_jobs/{spec.KIND}/{spec.name}.json"
 
 
+def admission_line_path(experiment: str) -> str:
+    """Where the DAG writes the experiment's admission line (alpha, L and the bootstrap settings) for the admission
+    job's summary line: not a job input, so moving the line never reruns a check (opd.cli reads it)."""
+    return f".snakemake/opd/admission-line-{experiment}.json"
+
+
+def admission_line(e: Experiment) -> dict:
+    """The admission line as admission_line_path's file holds it."""
+    return {"experiment": e.name, "alpha": e.admission.alpha, "L": e.admission.L,
+            "resamples": e.bootstrap.resamples, "seed": e.bootstrap.seed}
+
+
 def base_paths(e: Experiment, models: str, student: str) -> dict[str, str]:
     """A tiny-backend student's checkpoint and its teacher's under `models` (results/<experiment>/_models);
     none for verl, whose models the config names."""

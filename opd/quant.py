@@ -11,7 +11,7 @@ import hashlib
 
 import torch
 
-from opd.recipes import RECIPES, recipe  # noqa: F401  (the registry, torch-free: opd/recipes.py)
+from opd.recipes import RECIPES, recipe, resolve_layers  # noqa: F401  (torch-free: opd/recipes.py)
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -125,17 +125,6 @@ def layer_index(name: str) -> int | None:
         if p == "layers" and parts[i + 1].isdigit():
             return int(parts[i + 1])
     return None
-
-
-def resolve_layers(layers, n_layers: int) -> set[int]:
-    """Layer list as written in a row (negative = from the end) to absolute indices."""
-    out = set()
-    for i in layers or ():
-        j = i + n_layers if i < 0 else i
-        if not 0 <= j < n_layers:
-            raise ValueError(f"layer {i} out of range for a {n_layers}-layer model")
-        out.add(j)
-    return out
 
 
 KV_PARTS = {"kv": "keys and values", "k": "keys only", "v": "values only"}  # what a quantized KV-cache layer stores in FP8

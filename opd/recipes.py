@@ -62,3 +62,14 @@ def recipe(kind: str, name: str) -> Recipe:
         return RECIPES[kind][name]
     except KeyError:
         raise ValueError(f"unknown {kind} recipe {name!r}; known: {sorted(RECIPES.get(kind, {}))}") from None
+
+
+def resolve_layers(layers, n_layers: int) -> set[int]:
+    """Layer list as written in a row (negative = from the end) to absolute indices."""
+    out = set()
+    for i in layers or ():
+        j = i + n_layers if i < 0 else i
+        if not 0 <= j < n_layers:
+            raise ValueError(f"layer {i} out of range for a {n_layers}-layer model")
+        out.add(j)
+    return out

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from opd import provenance, store  # noqa: E402
+from opd import plotmath, provenance, store  # noqa: E402
 from opd.rows import Row  # noqa: E402
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
@@ -37,7 +37,7 @@ def figure(width: float = COLUMN_WIDTH, height: float = 2.3, ncols: int = 1, nro
 def delta_axis(ax, values_pct) -> None:
     """A y-axis for Delta in percent: linear within +-100% (so tau and the 0-50% range are readable, with
     ticks there), logarithmic beyond for the large failures."""
-    ax.set_yscale("symlog", linthresh=100, linscale=2.0)
+    ax.set_yscale(plotmath.SYMLOG, linthresh=100, linscale=2.0)
     v = np.asarray(values_pct, dtype=float)
     top = max(100.0, float(np.nanmax(v)) if np.isfinite(v).any() else 100.0)
     bottom = min(-20.0, float(np.nanmin(v)) if np.isfinite(v).any() else -20.0)
@@ -126,10 +126,13 @@ def label_lines(ax, lines, labels, gap_pt: float = 6.5, pad_pt: float = 10.0):
                             [ln.get_color() for ln in lines], gap, pad_pt, LEGEND["fontsize"])
 
 
-def label_points(ax, xs, ys, labels, colors, gap_pt: float = 5.5, pad_pt: float = 3.0, fontsize: float = 5):
-    """Short labels just right of points; those at the same x spread apart so that none overlaps another.
-    Call after plotting: it freezes the axis limits."""
+def label_points(ax, xs, ys, labels, colors, gap_pt: float = 5.5, pad_pt: float = 3.0, fontsize: float = 5,
+                 together: bool = False):
+    """Short labels just right of points; those at the same x (`together`: all of them) spread apart so that
+    none overlaps another. Call after plotting: it freezes the axis limits."""
     gap = 1.1 * gap_pt / _freeze(ax)
+    if together:
+        return _annotate_spread(ax, list(zip(xs, ys)), list(labels), list(colors), gap, pad_pt, fontsize)
     texts = []
     for x in dict.fromkeys(xs):
         i = [j for j, xj in enumerate(xs) if xj == x]

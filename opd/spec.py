@@ -323,6 +323,8 @@ class Verl(Written):
     speculative: Speculative | None = None
     layout: LayoutSettings = LayoutSettings()
     engine: dict = field(default_factory=dict)
+    logger: tuple[str, ...] = ("console", "file")  # verl's trainer.logger (file always: opd.backends.verl.logparse)
+    extra_overrides: tuple[str, ...] = ()  # more Hydra overrides, validated (opd.backends.verl.overrides)
     NESTED = {"data": VerlData, "speculative": Speculative, "layout": LayoutSettings}
 
 

@@ -18,6 +18,8 @@ ANALYSIS = f"{OUT}/analysis"
 # Where training jobs run: written to a file that is not an input, so switching launcher or editing
 # the site's Slurm settings never reruns finished runs.
 LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", EXPERIMENT.launcher.to_json())
+# The admission line the admission job's summary line decides against (opd.cli), likewise not an input.
+C.write_if_changed(dag.admission_line_path(EXP), dag.admission_line(EXPERIMENT))
 # The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
 # its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
 # checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,

@@ -39,6 +39,8 @@ for o in OUTPUTS:
             f"logs/{EXP}/{o.rule}.log",
         params:
             **OUTPUT_PARAMS,
+            # the rows `--config highlight=ROW` names (budget figure only; absent when none, so no other output reruns)
+            **({"highlight": list(C.highlighted(config))} if C.highlighted(config) and o.rule == "figure_budget" else {}),
             script=o.script,
         script:
             "../scripts/{params.script}"

@@ -2,7 +2,7 @@
 import numpy as np
 import pandas as pd
 
-from opd import backends, scripts, stats, store
+from opd import backends, derived, scripts, stats, store
 from opd.rows import Row
 from opd.spec import Infra, RLCollapse
 
@@ -106,7 +106,8 @@ def time_to_kl(held: pd.DataFrame, st: pd.DataFrame, rows: list[Row], baseline: 
 def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: dict) -> pd.DataFrame:
     """poor-rl's infra columns per configuration: steps, median step seconds, throughput over a fixed
     window of steps (None: every step) and its ratio to the baseline, rollout wait, an MFU estimate (training
-    FLOPs only; none without peak_flops) and the first step's p90 sequence log-ratio."""
+    FLOPs only; none without peak_flops) and the first step's p90 sequence log-ratio (the mean over the row's
+    runs)."""
     lo, hi = window or (0, float("inf"))
     w = st[(st["step"] >= lo) & (st["step"] < hi)]
     if w.empty:
@@ -120,7 +121,10 @@ def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: 
     g["ratio"] = g["tokens/s"] / g["student"].map(base)
     g["rollout wait %"] = 100 * g["wait"] / g["seconds"]
     g["MFU % (est.)"] = 100 * g["tokens/s"] * g["student"].map(flops_per_token) / peak_flops if peak_flops else float("nan")
-    first = st.sort_values("step").groupby(["student", "config"])["seq_logratio_p90"].first()
+    # the first step of each of the row's runs, averaged (not one arbitrary run's: a sort by step alone leaves the
+    # order of a step's runs to the CPU's sort kernel)
+    at_first = st[st["step"] == st.groupby(["student", "config"])["step"].transform("min")]
+    first = at_first.groupby(["student", "config"])["seq_logratio_p90"].mean()
     g = g.merge(first.rename("first-step diff").reset_index(), on=["student", "config"])
     return g[["student", "config", "steps", "median_step_s", "tokens/s", "ratio", "rollout wait %", "MFU % (est.)",
               "first-step diff"]].sort_values(["student", "config"])
@@ -141,31 +145,31 @@ def main(inp, out, params):
     references = {r.name: r.reference for r in R if r.reference}
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
                        tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references)
-    store.write_table(v, out.verdicts)
+    derived.write_table(v, out.verdicts)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
     engines = [r.name for r in R if r.in_budget]
-    store.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
+    derived.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)
     noise["sd_used"] = noise["sd_run"] * np.sqrt(1 / noise["n_seeds_row"] + 1 / noise["n_seeds"])
     noise["tau"] = params.tau
-    store.write_table(pairs, out.null_deltas)
-    store.write_table(noise, out.noise)
-    store.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)
+    derived.write_table(pairs, out.null_deltas)
+    derived.write_table(noise, out.noise)
+    derived.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)
 
     a = params.admission
     seqs = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)
     est = stats.offline_estimates(seqs, ["student", "config"], n_boot=b["resamples"], seed=b["seed"])
     record = stats.admission_record(est, v, alpha=a["alpha"], L=a["L"], baselines=[params.baseline])
-    store.write_table(record, out.admission)
-    store.write_json(stats.admission_summary(record), out.admission_summary)
+    derived.write_table(record, out.admission)
+    derived.write_json(stats.admission_summary(record), out.admission_summary)
     collapse = RLCollapse.of(params.rl_collapse).thresholds()  # config.yaml's, over the defaults
-    store.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
-    store.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
+    derived.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
+    derived.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
     fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
     i = Infra.of(params.infra)
-    store.write_table(infra(steps, params.baseline, i.window, i.peak_flops, fpt), out.infra)
+    derived.write_table(infra(steps, params.baseline, i.window, i.peak_flops, fpt), out.infra)
 
 
 if "snakemake" in globals():

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 
 def main(inp, out, params):
@@ -28,8 +28,8 @@ def main(inp, out, params):
     if len(base):
         ax.errorbar(base["d_hat"], base["D"], xerr=base["se"], fmt="D", color="#000000", mfc="none", ms=3.5,
                     elinewidth=0.6, capsize=1.2, zorder=3, label="standard engine (not a decision)")
-    ax.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
-    ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
+    ax.set_xscale(plotmath.SYMLOG, linthresh=1e-3, linscale=0.5)
+    ax.set_yscale(plotmath.SYMLOG, linthresh=1e-3, linscale=0.5)
     ax.set_xlabel("offline estimate D̂ ± SE (nats/token)")
     ax.set_ylabel("in-training D (nats/token)")
     ax.set_title(f"{summary['n_agree']}/{summary['n_decisions']} candidate decisions match training "

@@ -3,10 +3,13 @@
 One panel per student, each with its own legend. Where a student's configurations have seeds enough for
 the seed-aware rule, markers, error bars and the band follow that rule (the paper's rule otherwise; the
 panel title says which). A budget whose passes and fails overlap is drawn as an inconsistent range. Guarded
-rows are drawn beside it, hollow, each with an arrow from its unguarded row: the guard's effect."""
+rows are drawn beside it, hollow, each with an arrow from its unguarded row: the guard's effect. The rows at the
+budget's edge are named (the largest pass and the smallest fail; where passes and fails overlap, every row
+between them), and so is every row `--config highlight=ROW` names (edge_rows, highlighted)."""
 import numpy as np
+import pandas as pd
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 from opd.rows import Row
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
@@ -31,7 +34,29 @@ def guarded_points(ax, g, v, cols, tau: float):
                         arrowprops=dict(arrowstyle="->", color=report.NEUTRAL, lw=0.5, alpha=0.7))
 
 
-def panel(ax, v, budget, tau: float, student: str, guarded=None):
+def edge_rows(v, verdict_col: str, lo: float, hi: float) -> list[str]:
+    """The rows that bound a budget's edge: the largest passing D and the smallest failing D, and where a fail
+    lies below a pass (no budget), every row from the smallest fail to the largest pass."""
+    if np.isfinite(lo) and np.isfinite(hi) and hi < lo:
+        return v.loc[(v["D"] >= hi) & (v["D"] <= lo), "config"].tolist()
+    return v.loc[((v[verdict_col] == "pass") & (v["D"] == lo)) | ((v[verdict_col] == "fail") & (v["D"] == hi)),
+                 "config"].tolist()
+
+
+def label_rows(ax, frame, names, highlighted):
+    """Each named row's name beside its point (highlighted rows in bold), spread apart so none overlaps."""
+    pts = frame[frame["config"].isin(names)].drop_duplicates("config").sort_values("D")
+    if not len(pts):
+        return
+    texts = report.label_points(ax, list(pts["D"].clip(lower=D_FLOOR)), list(100 * pts["delta"]), list(pts["config"]),
+                                [report.FAMILY_COLORS[f] for f in pts["family"]], together=True)
+    for t, name in zip(texts, pts["config"]):
+        t.set_bbox({"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 0.4})  # readable over bars and the band
+        if name in highlighted:
+            t.set_fontweight("bold")
+
+
+def panel(ax, v, budget, tau: float, student: str, guarded=None, highlight=()):
     b = budget[budget["student"] == student]
     seeds_ok = len(b) and (b.loc[b["rule"] == "seeds", "n_unjudged"] == 0).all() and (b["rule"] == "seeds").any()
     rule = "seeds" if seeds_ok else "paper"
@@ -60,10 +85,13 @@ def panel(ax, v, budget, tau: float, student: str, guarded=None):
         v_axis = np.concatenate([v[c] for c in (lo_col, hi_col, "delta")] + [guarded[c] for c in (lo_col, hi_col, "delta")])
     else:
         v_axis = np.concatenate([v[lo_col], v[hi_col], v["delta"]])
-    ax.set_xscale("log")
+    ax.set_xscale(plotmath.LOG)
     report.delta_axis(ax, 100 * v_axis)
     ax.set_xlabel("run mismatch D (nats/token, log)")
     ax.set_ylabel("Δ held-out KL vs standard engine (%)")
+    named = edge_rows(v, verdict_col, *((bt["lo"].iloc[0], bt["hi"].iloc[0]) if len(bt) else (np.nan, np.nan)))
+    shown = v if guarded is None else pd.concat([v, guarded[[c for c in v.columns if c in guarded.columns]]])
+    label_rows(ax, shown, named + [h for h in highlight if h not in named], set(highlight))
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
     ax.set_title(f"student {student}: {RULE_TITLE[rule]}, {n_runs} seeds per row")
     report.panel_legend(ax, loc="upper left", ncol=2, fontsize=5)
@@ -83,7 +111,8 @@ def main(inp, out, params):
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),
                               squeeze=False)
     for ax, student in zip(axes[:, 0], students):
-        panel(ax, v[v["student"] == student], budget, params.tau, student, guarded[guarded["student"] == student])
+        panel(ax, v[v["student"] == student], budget, params.tau, student, guarded[guarded["student"] == student],
+              highlight=tuple(getattr(params, "highlight", ()) or ()))
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

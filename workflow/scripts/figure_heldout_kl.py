@@ -1,6 +1,6 @@
 """Held-out KL(student || teacher) during training for every OPD row of the primary student, coloured by
 its verdict (opd.report.verdict); every failing row labelled at its line's end, the labels spread apart."""
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 
 def main(inp, out, params):
@@ -27,7 +27,7 @@ def main(inp, out, params):
     n_pass = int(sum(verdict.get(c) == "pass" for c in set(curves["config"]) - {params.baseline}))
     ax.plot([], [], color=report.PASS_COLOR, label=f"pass ({n_pass} rows)")
     ax.plot([], [], color=report.FAIL_COLOR, label=f"fail ({len(failing)} rows, labelled)")
-    ax.set_yscale("log")
+    ax.set_yscale(plotmath.LOG)
     ax.set_xlabel("step")
     ax.set_ylabel("held-out KL(student‖teacher) per token (log)")
     ax.set_title(f"student {params.primary}; verdicts: {report.VERDICT_RULE}", fontsize=6)

@@ -5,7 +5,7 @@ fixed prefixes against the training step; and the mean per-prefix bias of OPD ag
 import numpy as np
 from matplotlib.colors import to_rgb
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 
 SPACE = {"logit": "logit space", "param": "parameter space"}
@@ -29,7 +29,7 @@ def main(inp, out, params):
             for term in ("T", "S"):
                 ax.plot(g["noise_sigma"], g[f"{term}_{space}"] / g[f"U_{space}"], ls=ls, marker=mk, ms=3,
                         color=colors[term], label=f"{term} / U, step {step}")
-        ax.set_yscale("log")
+        ax.set_yscale(plotmath.LOG)
         ax.set_xlabel("engine weight noise σ")
         ax.set_ylabel("relative to the ideal update U")
         ax.set_title(f"({'a' if space == 'logit' else 'b'}) T and S / U, {SPACE[space]}")
@@ -46,8 +46,8 @@ def main(inp, out, params):
     worst = t[["opd_bias_bound_max_l1", "rl_bias_bound_max_l1"]].max().max()
     ax.plot([lo, hi], [lo, hi], color=report.NEUTRAL, lw=0.7, ls="--",
             label=f"bound (max ‖g‖₁/bound {worst:.2f})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    ax.set_xscale(plotmath.LOG)
+    ax.set_yscale(plotmath.LOG)
     ax.set_xlabel("bound 2 ‖δ‖₁ ‖A‖∞ per prefix")
     ax.set_ylabel("‖g_bias‖₂ per prefix")
     ax.set_title("(c) bias against its bound, per prefix")
@@ -68,7 +68,7 @@ def main(inp, out, params):
                 g = g[g["noise_sigma"] == 0]
             ax.plot(g["step"], g[f"err_fixed_{space}"] / g[f"upd_fixed_{space}"], marker="o", ms=2.5, color=color,
                     ls="-" if col == "noise_sigma" else ":", label=label)
-        ax.set_yscale("log")
+        ax.set_yscale(plotmath.LOG)
         ax.axhline(1, color="#bbbbbb", lw=0.5)
         ax.set_xlabel("training step")
         ax.set_ylabel("error / update on fixed prefixes")
@@ -84,7 +84,7 @@ def main(inp, out, params):
         ax.plot(g["step"], g["rl_bias_mean"], color=color, marker="x", ms=3, ls="--")
     ax.plot([], [], color=report.NEUTRAL, marker="o", ms=2.5, label="OPD")
     ax.plot([], [], color=report.NEUTRAL, marker="x", ms=3, ls="--", label="REINFORCE")
-    ax.set_yscale("log")
+    ax.set_yscale(plotmath.LOG)
     ax.set_xlabel("training step")
     ax.set_ylabel("mean ‖g_bias‖₂ per engine prefix")
     ax.set_title("(f) bias: OPD against REINFORCE")

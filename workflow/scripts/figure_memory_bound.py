@@ -7,7 +7,7 @@ repeats) under a fixed KV-cache budget, and the waves it needs. Derived here: up
 not in this measurement), an upper bound on the real rate, and each cache's rate relative to BF16's."""
 import numpy as np
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 COLORS = {"none": "#000000", "fp8_e4m3": "#b2182b", "fp8_e4m3-l0": "#2166ac"}
 LABELS = {"none": "BF16 cache", "fp8_e4m3": "FP8 E4M3 cache", "fp8_e4m3-l0": "FP8 cache, layer 0 BF16"}
@@ -36,7 +36,7 @@ def main(inp, out, params):
             axr.bar(x, r, width * 0.9, color=COLORS.get(kv), label=LABELS.get(kv, kv))
             for xi, ri in zip(x, r):
                 axr.text(xi, ri, f"{ri:.2f}", ha="center", va="bottom", fontsize=4.5)
-    ax.set_xscale("log", base=2)
+    ax.set_xscale(plotmath.LOG, base=2)
     ax.set_xlabel("responses per step")
     ax.set_ylabel("optimizer updates per hour\n(derived: 3600 s / generation s)")
     ax.set_ylim(bottom=0)

@@ -1,7 +1,7 @@
 """d_n per training step for every OPD row of the primary student, one panel per mismatch source. Guarded rows
 are left out: their steps mix the row's engine and the guard's action, so a line of theirs is no one engine's
 d_n (figure_guard draws them, with the guard's activations shaded)."""
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 SMOOTH = 5  # steps in the centred rolling mean drawn over the raw points
 
@@ -22,7 +22,7 @@ def main(inp, out, params):
             d = g.groupby("step")["d_n"].mean()
             line, = ax.plot(d.index, d.rolling(SMOOTH, center=True, min_periods=1).mean(), lw=0.8, label=cfg)
             ax.scatter(d.index, d, s=0.5, color=line.get_color(), alpha=0.4)
-        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
+        ax.set_yscale(plotmath.SYMLOG, linthresh=1e-3, linscale=0.5)
         ax.set_title(fam)
         ax.set_xlabel("step")
         report.panel_legend(ax, below=True, fontsize=4.5, bbox_to_anchor=(0.5, -0.32))

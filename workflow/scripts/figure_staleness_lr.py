@@ -3,7 +3,7 @@ line per learning rate, on the primary student. Error bars: the seed-aware inter
 else the paper's."""
 import numpy as np
 
-from opd import report, scripts, store
+from opd import plotmath, report, scripts, store
 
 
 def main(inp, out, params):
@@ -30,7 +30,7 @@ def main(inp, out, params):
     report.delta_axis(a_delta, 100 * np.concatenate([t["ci_lo"], t["ci_hi"], t["ci_lo_seeds"], t["ci_hi_seeds"]]))
     a_delta.set_ylabel("Δ vs k = 0 at the same lr (%)")
     a_delta.set_title("quality change (X: fails the rule)")
-    a_d.set_yscale("log")
+    a_d.set_yscale(plotmath.LOG)
     a_d.set_ylabel("run mismatch D (nats/token)")
     a_d.set_title("mismatch")
     for ax in (a_delta, a_d):

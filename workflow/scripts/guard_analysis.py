@@ -12,7 +12,7 @@ and no table, figure or finding reads them."""
 import numpy as np
 import pandas as pd
 
-from opd import scripts, store
+from opd import derived, scripts, store
 from opd.guard import GuardState
 from opd.rows import Guard, Row
 
@@ -86,7 +86,7 @@ def main(inp, out, params):
     steps = store.read_table(inp.steps)
     verdicts = store.read_table(inp.verdicts)
     rows = [Row.of(r) for r in params.rows]
-    store.write_table(guard_record(steps, verdicts, rows, params.baseline, params.guard_line), out[0])
+    derived.write_table(guard_record(steps, verdicts, rows, params.baseline, params.guard_line), out[0])
 
 
 if "snakemake" in globals():

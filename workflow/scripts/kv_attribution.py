@@ -4,7 +4,7 @@ share's paired bootstrap SE (the same prompts resampled for both)."""
 import numpy as np
 import pandas as pd
 
-from opd import scripts, stats, store
+from opd import derived, scripts, stats, store
 
 KEYS = ["student", "recipe", "mode", "layer", "part"]
 
@@ -30,7 +30,7 @@ def attribution(seqs: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
 def main(inp, out, params):
     seqs = pd.concat([store.read_table(p) for p in inp], ignore_index=True)
     b = params.bootstrap
-    store.write_table(attribution(seqs, b["resamples"], b["seed"]), out[0])
+    derived.write_table(attribution(seqs, b["resamples"], b["seed"]), out[0])
 
 
 if "snakemake" in globals():

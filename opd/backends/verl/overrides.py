@@ -36,8 +36,7 @@ from __future__ import annotations
 import os
 import re
 
-from opd.quant import resolve_layers
-from opd.recipes import recipe
+from opd.recipes import recipe, resolve_layers
 from opd.rows import Guard, Row
 from opd.spec import Experiment, Run, Settings, Student, Verl
 
@@ -161,7 +160,7 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         f"trainer.default_local_dir={hydra_value(os.path.join(os.path.abspath(run_dir), CHECKPOINTS))}",
         # verl's own validation is off: the held-out evaluation (gpu.heldout_eval) is the measurement
         "trainer.val_before_train=False",
-        "trainer.logger=[console,file]",
+        f"trainer.logger={hydra_value(loggers(v))}",
         # the file logger lives in a Ray actor (trainer_base.py:423, fully_async_trainer.py:128 -> tracking.py:534),
         # possibly on another node: verl's ray.init passes this runtime_env to every worker of the job
         # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
@@ -217,4 +216,63 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
     if r.speculative and spec and s.eagle3:
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
             {"method": spec.method, "model": s.eagle3, "num_speculative_tokens": spec.num_speculative_tokens}))
-    return o
+    return o + extra_overrides(o, v)
+
+
+# verl 0.9.1's tracking backends (utils/tracking.py:49-60) a run may log to; `file` always, since logparse reads
+# the run's d_n, loss and timings from verl's file logger
+LOGGERS = ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "clearml", "trackio")
+
+
+def loggers(verl: Verl) -> list[str]:
+    """trainer.logger: the experiment's `verl.logger` (default console and file: opd.spec.Verl)."""
+    return list(verl.logger)
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def extra_overrides(project: list[str], verl: Verl) -> list[str]:
+    """The experiment's `verl.extra_overrides`, each `key=value` with the value read as YAML (a number, a bool, a
+    list, a string) and written by hydra_value, quoted like every other value; a `+` before the key adds a key
+    verl's config lacks, as in Hydra. Refused with ValueError naming the override: not `key=value`, `${` (see
+    hydra_value), and a key the project sets itself in `project` (this run's overrides), or one inside or above
+    such a key: those come from config.yaml's rows and settings."""
+    import yaml
+    ours = {_override_key(x) for x in project}
+    out = []
+    for text in verl.extra_overrides:
+        key, eq, value = text.partition("=")
+        name = key.lstrip("+")
+        if not eq or not re.fullmatch(r"\+{0,2}[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", key):
+            raise ValueError(f"{text!r} is not key=value (a dotted verl config key, `+` in front to add one)")
+        if "${" in text:
+            raise ValueError(f"{text!r} contains '${{', which verl's config (OmegaConf) would read as an interpolation")
+        clash = sorted(k for k in ours if k == name or k.startswith(name + ".") or name.startswith(k + "."))
+        if clash:
+            raise ValueError(f"{text!r} overlaps {', '.join(clash)}, which the project sets itself from config.yaml "
+                             f"(rows, train, verl); change it there" + (" (verl.logger for trainer.logger)"
+                                                                        if "trainer.logger" in clash else ""))
+        parsed = yaml.safe_load(value) if value.strip() else ""
+        out.append(f"{key}={'null' if parsed is None else hydra_value(parsed)}")
+    return out
+
+
+def extra_override_errors(cfg: dict, experiment: str) -> list[str]:
+    """Config validation of `verl.logger` and `verl.extra_overrides` against every run's own overrides:
+    '<field>: <why>' messages (opd.config names the experiment)."""
+    e = Experiment.of(cfg, experiment)
+    v = e.verl or Verl()
+    errors = []
+    if "file" not in loggers(v):
+        errors.append("verl.logger: must include 'file' (the run's steps.parquet is parsed from verl's file logger)")
+    if not v.extra_overrides:
+        return errors
+    for run in e.runs():
+        try:
+            run_overrides(cfg, run)
+        except ValueError as e:
+            errors.append(f"verl.extra_overrides: {e}")
+            break
+    return errors

@@ -1,0 +1,191 @@
+"""`python -m opd.cli verdict ROW`, the admission check's decision line, the verdict lines at the end of a
+`snakemake` run, and the budget figure's row labels, on the committed results (nothing is trained)."""
+import json
+import re
+import subprocess
+import sys
+
+import matplotlib
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import ROOT, make_clone, planned, planned_runs
+from opd import cli, config as C, verdict as V
+
+matplotlib.use("Agg")
+ANALYSIS = ROOT / "results/toy/analysis"
+
+
+def verdict_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "opd.cli", "verdict", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def pct(x):
+    return f"{100 * x:+.1f}%"
+
+
+@pytest.mark.parametrize("row", ["nvfp4", "fp8w"])
+def test_verdict_on_the_committed_results(row):
+    """Every number printed is the analysis files' own: D, Delta and both intervals (verdicts.parquet), the
+    budget (budget.parquet) and D_hat +- SE with the decision (admission.parquet)."""
+    r = verdict_cli(row)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    v = pd.read_parquet(ANALYSIS / "verdicts.parquet")
+    b = pd.read_parquet(ANALYSIS / "budget.parquet")
+    a = pd.read_parquet(ANALYSIS / "admission.parquet")
+    cfg = C.load()
+    students = next(x for x in C.rows(cfg) if x.name == row).students_or(next(iter(cfg["experiments"]["toy"]["students"])))
+    blocks = out.split("\n\n")
+    assert len(blocks) == len(students)
+    for s, block in zip(students, blocks):
+        assert block.startswith(f"{row} on {s} ")
+        rec = v[(v.student == s) & (v.config == row)].iloc[0]
+        assert f"D = {rec.D:.3g} nats/token, Δ = {pct(rec.delta)} against {rec.reference}" in block
+        assert re.search(rf"paper's rule .*\[{re.escape(pct(rec.ci_lo))}, {re.escape(pct(rec.ci_hi))}\]: {rec.verdict}", block)
+        assert re.search(rf"seed-aware rule .*\[{re.escape(pct(rec.ci_lo_seeds))}, {re.escape(pct(rec.ci_hi_seeds))}\]: "
+                         rf"{rec.verdict_seeds}", block)
+        bb = b[(b.student == s) & (b.tau == 0.2) & (b.rule == "paper")].iloc[0]
+        assert f"budget of {s} at τ = 20%" in block
+        assert (f"[{V._g(bb.lo)}, {V._g(bb.hi)}]" if bb.consistent else
+                f"a fail at D = {bb.hi:.3g} lies below a pass at D = {bb.lo:.3g}") in block
+        adm = a[(a.student == s) & (a.config == row)].iloc[0]
+        assert f"D̂ = {adm.d_hat:.3g} ± {adm.se:.3g} (16 prompts)" in block
+        assert (": admit " if adm.admit else ": reject ") in block
+        assert "missing: nothing" in block
+
+
+def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
+    """A row just added: no runs, no admission check, no analysis of it; each with the target that makes it
+    (the training target is a real one: a dry run in a fresh clone plans exactly that row's runs)."""
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["experiments"]["toy"]["rows"].append({"name": "nvfp4-kv-l0", "weights": "nvfp4", "kv_cache": "fp8_e4m3",
+                                              "bf16_layers": [0]})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    r = verdict_cli("nvfp4-kv-l0", "--config", str(path))
+    assert r.returncode == 0, r.stderr
+    targets = re.findall(r"`snakemake -c 2 (\S+)`", r.stdout)
+    assert "training not run yet (3 of 3 runs: nvfp4-kv-l0.qwen-s.s0, nvfp4-kv-l0.qwen-s.s1, " in r.stdout
+    assert targets == ["results/toy/analysis/verdicts.parquet", "results/toy/admission/nvfp4-kv-l0.qwen-s.parquet"]
+    assert "admission check not run" in r.stdout and "D =" not in r.stdout
+    clone = make_clone(tmp_path / "clone")
+    (clone / "config.yaml").write_text(path.read_text())
+    assert planned_runs(planned(clone, "-c", "2", targets[0])) == {f"nvfp4-kv-l0.qwen-s.s{i}" for i in range(3)}
+    jobs = planned(clone, "-c", "2", targets[1])
+    assert jobs == [("admission", "row=nvfp4-kv-l0, student=qwen-s")]
+
+
+def test_verdict_refuses_unknown_rows_and_students():
+    r = verdict_cli("nvfp")
+    assert r.returncode == 2 and "has no row 'nvfp'; did you mean 'nvfp4'" in r.stderr and "Traceback" not in r.stderr
+    r = verdict_cli("nvfp4", "--student", "llama-s")
+    assert r.returncode == 2 and "does not run student 'llama-s'; it runs qwen-s" in r.stderr
+
+
+def test_a_changed_and_a_new_verdict_each_get_one_line(tmp_path, monkeypatch):
+    """`announce` at the end of a run: one line per row whose verdict is new or changed since the record (an
+    unchanged row says nothing), and the record is written for the next run."""
+    monkeypatch.chdir(ROOT)
+    cfg = C.load()
+    now = V.seen(cfg, "toy")
+    assert now["nvfp4"]["qwen-s"]["paper"] == "fail"
+    old = json.loads(json.dumps(now))
+    old["nvfp4"]["qwen-s"]["paper"] = "pass"  # the last run saw it pass
+    del old["fp8w"]  # and had no fp8w yet
+    monkeypatch.setattr(V, "state_path", lambda experiment: tmp_path / f"verdicts-{experiment}.json")
+    lines = V.announce(cfg, "toy", old, stream=sys.stdout)
+    assert len(lines) == 2
+    changed = next(x for x in lines if x.startswith("verdict of nvfp4:"))
+    assert "qwen-s: changed: pass (paper's rule)" in changed and "-> fail (paper's rule)" in changed
+    new = next(x for x in lines if x.startswith("verdict of fp8w:"))
+    assert all(f"{s}: new: D = " in new for s in ("qwen-s", "qwen-m", "llama-s"))
+    assert json.loads((tmp_path / "verdicts-toy.json").read_text()) == json.loads(json.dumps(now))
+    assert V.changes(now, now) == []  # nothing new: silent
+    assert V.before(cfg, "toy") == json.loads(json.dumps(now))  # the next run compares with this record
+
+
+def test_admission_summary_line_is_the_analysis_decision(capsys, monkeypatch, tmp_path):
+    """The admission job's decision line computes D_hat +- SE as the analysis does, from the check's own file, against
+    the line the DAG writes for the experiment (opd.dag.admission_line_path); without that file it prints nothing."""
+    from opd import dag
+    from opd.spec import AdmissionSpec, Experiment
+    cfg = C.load()
+    line_file = tmp_path / "admission-line-toy.json"
+    monkeypatch.setattr(dag, "admission_line_path", lambda experiment: str(line_file))
+    spec = AdmissionSpec.from_json(json.loads((ROOT / "results/toy/_jobs/admission/nvfp4.qwen-s.json").read_text()))
+    out = ROOT / "results/toy/admission/nvfp4.qwen-s.parquet"
+    cli.admission_summary(spec, out)
+    assert capsys.readouterr().err == ""  # no line file: nothing to decide against
+    line_file.write_text(json.dumps(dag.admission_line(Experiment.of(cfg, "toy"))))
+    cli.admission_summary(spec, out)
+    err = capsys.readouterr().err
+    adm = pd.read_parquet(ANALYSIS / "admission.parquet").query("config == 'nvfp4' and student == 'qwen-s'").iloc[0]
+    assert err.startswith(f"admission nvfp4.qwen-s: D̂ = {adm.d_hat:.3g} ± {adm.se:.3g} (16 prompts) against the line")
+    assert ": admit (" in err if adm.admit else ": reject (" in err
+
+
+def test_highlight_is_validated():
+    cfg = C.load()
+    cfg["highlight"] = "nvfp"
+    with pytest.raises(C.ConfigError, match="field 'highlight': experiment 'toy' has no row 'nvfp'; did you mean 'nvfp4'"):
+        C.validate(cfg)
+    cfg["highlight"] = ["nvfp4", "fp8w"]
+    C.validate(cfg)
+    assert C.highlighted(cfg) == ("nvfp4", "fp8w")
+
+
+def test_budget_figure_names_the_edge_rows_and_the_highlighted_ones():
+    sys.path.insert(0, str(ROOT / "workflow/scripts"))
+    import figure_budget as F
+    from opd import report
+    from opd.store import read_table
+    v = read_table(ANALYSIS / "verdicts.parquet")
+    b = read_table(ANALYSIS / "budget.parquet")
+    rows = report.rows_frame(ANALYSIS / "rows.parquet")
+    v = v.merge(rows[rows["in_budget"]][["name", "family"]], left_on="config", right_on="name")
+    q = v[v.student == "qwen-s"]
+    bt = b[(b.student == "qwen-s") & (b.rule == "seeds") & (b.tau == 0.2)].iloc[0]
+    # the toy's qwen-s has no budget (a fail below a pass): every row from the smallest fail to the largest pass
+    assert bt.hi < bt.lo
+    expected = set(q.loc[(q.D >= bt.hi) & (q.D <= bt.lo), "config"])
+    assert set(F.edge_rows(q, "verdict_seeds", bt.lo, bt.hi)) == expected and len(expected) >= 2
+    fig, ax = report.figure()
+    F.panel(ax, q, b, 0.2, "qwen-s", None, highlight=("fp8w",))
+    texts = {t.get_text(): t for t in ax.texts}
+    assert set(texts) == expected | {"fp8w"}
+    assert texts["fp8w"].get_fontweight() == "bold"
+    # a consistent budget: the largest pass and the smallest fail only
+    ll = v[v.student == "llama-s"]
+    bl = b[(b.student == "llama-s") & (b.rule == "seeds") & (b.tau == 0.2)].iloc[0]
+    assert set(F.edge_rows(ll, "verdict_seeds", bl.lo, bl.hi)) == set(ll.loc[ll.D.isin([bl.lo, bl.hi]), "config"])
+
+
+def test_a_changed_row_is_named_and_its_verdict_called_old(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    next(r for r in cfg["experiments"]["toy"]["rows"] if r["name"] == "fp8w")["weights"] = "fp8_block"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    r = verdict_cli("fp8w", "--student", "qwen-s", "--config", str(path))
+    assert r.returncode == 0, r.stderr
+    assert ("the row changed since the analysis (weights): what follows is the old row's; "
+            "`snakemake -c 2 results/toy/analysis/verdicts.parquet` retrains it") in r.stdout
+
+
+def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):
+    """The Snakefile's onsuccess, in a real run that trains nothing (a fresh clone reruns its analysis): against
+    a record in which nvfp4 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
+    clone = make_clone(tmp_path / "clone")
+    state = clone / ".snakemake/opd/verdicts-toy.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(clone)  # the record is of the clone's analysis files, read as Snakemake reads them
+    record = V.seen(C.load(clone / "config.yaml"), "toy")
+    record["nvfp4"]["qwen-s"]["paper"] = "pass"
+    state.write_text(json.dumps(record))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2", "results/toy/analysis/verdicts.parquet"],
+                       cwd=clone, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("verdict of ")]
+    assert len(lines) == 1 and lines[0].startswith("verdict of nvfp4: qwen-s: changed: pass (paper's rule)")
+    assert json.loads(state.read_text())["nvfp4"]["qwen-s"]["paper"] == "fail"  # recorded for the next run
