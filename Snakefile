@@ -9,6 +9,14 @@ configfile: "config.yaml"
 # (workflow/report/), the findings, every run's provenance and the config used, as one HTML page.
 report: "workflow/report/workflow.rst"
 
+# The report warns once per file that this checkout's Snakemake has no job record of ("Missing metadata for file
+# ..."): in a fresh clone, every committed run and measurement it did not remake, hundreds of lines. One line at the
+# end says how many instead, and REPORT_UNRECORDED lists them (opd.smk).
+from opd import smk
+
+REPORT_UNRECORDED = ".snakemake/opd/report-unrecorded.txt"
+smk.unrecorded_files(REPORT_UNRECORDED)
+
 C.validate(config)  # schema + cross-field checks; names the experiment, row and field of every error
 
 

@@ -125,7 +125,7 @@ class Output:
     @property
     def caption(self) -> str:
         """The report caption's file (reStructuredText), relative to the repository root."""
-        return f"workflow/report/{self.rule}.rst"
+        return f"{CAPTIONS}/{self.rule}.rst"
 
 
 def _always(m: Matrix) -> bool:
@@ -173,6 +173,20 @@ OUTPUTS: tuple[Output, ...] = (
     Output("guard", "table", ("guard",), guarded_rows,
            "the mismatch guard: Delta guarded and unguarded, cheap-engine share, throughput, activations", BUDGET),
 )
+
+
+CAPTIONS = "workflow/report"  # each result's caption, `<rule>.rst`, relative to the repository root
+
+
+def caption_title(path) -> str:
+    """A result's title in `snakemake --report`'s menu: its caption's first bold phrase (workflow/report/<rule>.rst),
+    without a closing full stop."""
+    import re
+    from pathlib import Path
+    m = re.search(r"\*\*(.+?)\*\*", Path(path).read_text())
+    if not m:
+        raise ValueError(f"{path}: a caption opens with its title in bold (**...**)")
+    return m.group(1).rstrip(".")
 
 
 def selected(experiment: dict, outputs: Iterable[Output] = OUTPUTS) -> list[Output]:

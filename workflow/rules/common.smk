@@ -1,7 +1,9 @@
-# The one home of what the rule files share: the selected experiment, its runs, every derived variable, every
-# path and the final outputs. A rule file reads only what this file defines (and its own rules' outputs).
+# The one home of what the files in workflow/rules share - the selected experiment, its runs, every derived
+# variable, every path and the final outputs. A rule file reads only what this file defines (and its own rules'
+# outputs).
 # EXPERIMENT (opd.spec.Experiment) holds every setting with its default resolved; the job specs are built
 # from it by opd.dag.
+import os
 import re
 import sys
 
@@ -76,8 +78,8 @@ PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline
 PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
 # a probed run's files besides its training's (opd.store.PROBE_FILES: what its run.json records and checks)
 PROBE_FILES = {name: f"{OUT}/runs/{{run_id}}/{f}" for name, f in store.PROBE_FILES.items()}
-# the runs rule train makes: all but the probed ones (rule train_probed's; a run id is followed by "/" in every
-# path), so each run's spec is built by one rule only
+# the runs the train rule makes - all but the probed ones, which are train_probed's (a run id is followed by "/"
+# in every path) - so each run's spec is built by one rule only
 UNPROBED_RUN_ID = (f"(?!(?:{'|'.join(re.escape(r) for r in PROBE_RUNS)})/)" if PROBE_RUNS else "") + RUN_ID
 
 
@@ -105,6 +107,15 @@ def output_paths(o):
 
 def table_paths(name):
     return {ext: f"{FIG}/tables/{name}.{ext}" for ext in ("md", "tex", "html")}
+
+
+def reported(files, shown, rule, category, kind):
+    """`files` (extension -> path) with the one `snakemake --report` shows tagged for it: its caption
+    (workflow/report/<rule>.rst), its category and, as the menu's labels, the caption's title and its kind
+    (figure, table, text), where the menu would otherwise show the bare path."""
+    caption = f"{O.CAPTIONS}/{rule}.rst"
+    labels = {"result": O.caption_title(os.path.join(workflow.basedir, caption)), "kind": kind}
+    return {**files, shown: report(files[shown], caption=f"../report/{rule}.rst", category=category, labels=labels)}
 
 
 MECHANISM_FILES = {"png": f"{FIG}/mechanism.png", "pdf": f"{FIG}/mechanism.pdf",
@@ -164,7 +175,8 @@ def scoped_admission():
 
 
 def scoped_final(w=None):
-    """rule figures's inputs: the final outputs the results that exist can make (every one but for `figures`)."""
+    """The inputs of the figures target - the final outputs the results that exist can make (all for every other
+    target)."""
     s = scope()
     outputs, left = [], []
     for o in O.selected(s.experiment(E)):
@@ -184,6 +196,24 @@ def scoped_final(w=None):
         for line in left:
             print(f"figures: {line}", file=sys.stderr, flush=True)
     return final_outputs(outputs, mechanism)
+
+
+# ---------------------------------------------------------------- the findings' inputs (findings.smk)
+
+def findings_inputs(w):
+    """The analysis files the findings read, with the KV attribution, the guard's record and the gradient probes
+    where the experiment (and, for `snakemake figures`, the results that exist) has them."""
+    s = scope()
+    files = {k: ANALYSIS_FILES[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout",
+                                            "rl", "rows")}
+    files["admission_summary"] = ANALYSIS_FILES["admission_summary.json"]
+    if KV_STUDENTS and s.all_in(MEASURED["kv_attribution"]):
+        files["kv_attribution"] = ANALYSIS_FILES["kv_attribution"]
+    if GUARDED and any(ROWS[r].guard for r in s.rows):
+        files["guard"] = ANALYSIS_FILES["guard"]
+    if PROBE_RUNS and all(r in s.runs for r in PROBE_RUNS):
+        files.update(probes=ANALYSIS_FILES["probes"], probes_prefix=ANALYSIS_FILES["probes_prefix"])
+    return files
 
 
 # ---------------------------------------------------------------- the compute jobs' inputs (their spec files)

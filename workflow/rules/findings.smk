@@ -1,22 +1,6 @@
 # Stage 3: the findings as sentences, every number computed from the analysis files (linked by the README).
 
 
-def findings_inputs(w):
-    """The analysis files the findings read, with the KV attribution, the guard's record and the gradient probes
-    where the experiment (and, for `snakemake figures`, the results that exist) has them."""
-    s = scope()
-    files = {k: ANALYSIS_FILES[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout",
-                                            "rl", "rows")}
-    files["admission_summary"] = ANALYSIS_FILES["admission_summary.json"]
-    if KV_STUDENTS and s.all_in(MEASURED["kv_attribution"]):
-        files["kv_attribution"] = ANALYSIS_FILES["kv_attribution"]
-    if GUARDED and any(ROWS[r].guard for r in s.rows):
-        files["guard"] = ANALYSIS_FILES["guard"]
-    if PROBE_RUNS and all(r in s.runs for r in PROBE_RUNS):
-        files.update(probes=ANALYSIS_FILES["probes"], probes_prefix=ANALYSIS_FILES["probes_prefix"])
-    return files
-
-
 rule findings:
     input:
         unpack(findings_inputs),
@@ -40,7 +24,7 @@ rule findings_html:
     input:
         FINDINGS["md"],
     output:
-        report(FINDINGS["html"], caption="../report/findings.rst", category=O.FINDINGS),
+        reported({"html": FINDINGS["html"]}, "html", "findings", O.FINDINGS, "text")["html"],
     log:
         f"logs/{EXP}/findings_html.log",
     params:

@@ -49,8 +49,8 @@ rule figure_mechanism:
         rules.probes.output.probes,
         rules.probes.output.prefix,
     output:
-        pdf=MECHANISM_FILES["pdf"],
-        png=report(MECHANISM_FILES["png"], caption="../report/figure_mechanism.rst", category=O.MECHANISM),
+        **reported({"pdf": MECHANISM_FILES["pdf"], "png": MECHANISM_FILES["png"]}, "png", "figure_mechanism",
+                   O.MECHANISM, "figure"),
     log:
         f"logs/{EXP}/figure_mechanism.log",
     params:
@@ -63,9 +63,8 @@ rule table_mechanism:
     input:
         rules.probes.output.probes,
     output:
-        md=MECHANISM_FILES["mechanism.md"],
-        tex=MECHANISM_FILES["mechanism.tex"],
-        html=report(MECHANISM_FILES["mechanism.html"], caption="../report/table_mechanism.rst", category=O.MECHANISM),
+        **reported({ext: MECHANISM_FILES[f"mechanism.{ext}"] for ext in ("md", "tex", "html")}, "html",
+                   "table_mechanism", O.MECHANISM, "table"),
     log:
         f"logs/{EXP}/table_mechanism.log",
     params:
@@ -78,10 +77,8 @@ rule table_mechanism_runs:
     input:
         rules.probes.output.probes,
     output:
-        md=MECHANISM_FILES["mechanism_runs.md"],
-        tex=MECHANISM_FILES["mechanism_runs.tex"],
-        html=report(MECHANISM_FILES["mechanism_runs.html"], caption="../report/table_mechanism_runs.rst",
-                    category=O.MECHANISM),
+        **reported({ext: MECHANISM_FILES[f"mechanism_runs.{ext}"] for ext in ("md", "tex", "html")}, "html",
+                   "table_mechanism_runs", O.MECHANISM, "table"),
     log:
         f"logs/{EXP}/table_mechanism_runs.log",
     params:

@@ -9,11 +9,6 @@ OUTPUT_PARAMS = {"experiment": EXP, "tau": EXPERIMENT.tau, "baseline": BASELINE,
                  "students": {name: s.written() for name, s in EXPERIMENT.students.items()}}
 
 
-def reported(files, shown, caption, category):
-    """`files` (extension -> path) with the one the report shows tagged for it."""
-    return {**files, shown: report(files[shown], caption=caption, category=category)}
-
-
 for o in OUTPUTS:
 
     rule:
@@ -22,7 +17,7 @@ for o in OUTPUTS:
         input:
             [ANALYSIS_FILES[i] for i in o.inputs],
         output:
-            **reported(output_paths(o), o.shown, f"../report/{o.rule}.rst", o.category),
+            **reported(output_paths(o), o.shown, o.rule, o.category, o.kind),
         log:
             f"logs/{EXP}/{o.rule}.log",
         params:
@@ -40,7 +35,7 @@ rule run_provenance:
     input:
         lambda w: [f"{OUT}/runs/{r}/run.json" for r in scope().runs],
     output:
-        **reported(PROVENANCE, "html", "../report/run_provenance.rst", O.INFRA),
+        **reported(PROVENANCE, "html", "run_provenance", O.INFRA, "table"),
     log:
         f"logs/{EXP}/run_provenance.log",
     params:
@@ -54,7 +49,7 @@ rule run_provenance:
 # --configfile and --config overrides, a profile's) is a result of its own. A changed config reruns it.
 rule config_used:
     output:
-        **reported(CONFIG_USED, "html", "../report/config_used.rst", O.INFRA),
+        **reported(CONFIG_USED, "html", "config_used", O.INFRA, "text"),
     params:
         config=config,
         files=[str(f) for f in workflow.configfiles],

@@ -1,0 +1,113 @@
+"""The workflow's shape, checked with real Snakemake runs in a fresh `git clone` of this tree (whose results/ holds
+the toy's results): every rule logs and the compute jobs' logs are where their rules say, `snakemake figures`
+never trains, `snakemake --lint` raises nothing that workflow/lint.yaml does not justify."""
+import re
+
+import yaml
+
+from conftest import ROOT, TRAIN_RULES, edit_config, jobs_in, planned, planned_rules, snakemake
+from opd import dag
+
+COMPUTE = TRAIN_RULES | {"base_models", "admission", "kv_attribution_student", "throughput", "memory_bound"}
+TARGETS = {"all", "figures"}  # rules that only name inputs (Snakemake runs nothing for them)
+
+
+def dry_run_jobs(r) -> list[dict]:
+    """Each job a dry run lists: its rule and its `log:` and `wildcards:` lines."""
+    jobs = []
+    for line in (r.stdout + r.stderr).splitlines():
+        s = line.strip()
+        m = re.match(r"^(?:local)?rule (\S+):$", s)
+        if m:
+            jobs.append({"rule": m.group(1)})
+        elif jobs and re.match(r"^(log|wildcards): ", s):
+            key, value = s.split(": ", 1)
+            jobs[-1][key] = value
+    return jobs
+
+
+def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(clone):
+    jobs = dry_run_jobs(snakemake(clone, "-n", "--forceall"))
+    rules = {j["rule"] for j in jobs}
+    assert COMPUTE - {"base_models"} <= rules  # (the toy's base models are in the DAG only when a run needs them)
+    for j in jobs:
+        if j["rule"] in TARGETS:
+            continue
+        assert "log" in j, f"rule {j['rule']} has no log:"
+    # the CLI's own log path (opd.dag.log_path, from the spec) is the rule's log:, so the command never names it
+    spec_kinds = {"train": "train", "train_probed": "train", "admission": "admission",
+                  "kv_attribution_student": "kv_attribution", "throughput": "throughput", "memory_bound": "memory_bound"}
+    for j in jobs:
+        if j["rule"] in spec_kinds:
+            name = log_name = j["log"].rsplit("/", 1)[1].removesuffix(".log")
+            w = dict(kv.split("=", 1) for kv in j.get("wildcards", "").split(", ") if kv)
+            if "run_id" in w:
+                assert log_name == w["run_id"]
+            elif "row" in w:
+                assert log_name == f"{w['row']}.{w['student']}"
+            assert j["log"] == dag.log_path("toy", spec_kinds[j["rule"]], name)
+
+
+def test_a_compute_job_writes_its_log_and_a_fresh_clone_still_trains_nothing(clone):
+    assert not planned_rules(planned(clone)) & COMPUTE
+    target = "results/toy/admission/fp8w.qwen-s.parquet"
+    before = (clone / target).read_bytes()
+    r = snakemake(clone, "-c", "1", "--forcerun", "admission", target)
+    assert planned_rules(jobs_in(r)) == {"admission"}
+    log = (clone / "logs/toy/admission/fp8w.qwen-s.log").read_text()
+    assert "admission fp8w.qwen-s: done: wrote" in log and "D̂ =" in log and "admit" in log
+    assert (clone / target).read_bytes() == before  # the same check, the same bytes
+
+
+def test_figures_never_trains_and_names_what_it_leaves_out(clone):
+    def change(c):
+        rows = c["experiments"]["toy"]["rows"]
+        rows.append({"name": "noise-05", "noise_sigma": 0.05})  # a new row: 3 runs and an admission check
+        next(r for r in rows if r["name"] == "nvfp4")["seeds"] = [0, 1, 2, 3]  # a new seed of a row
+    edit_config(clone, change)
+    everything = planned(clone)
+    assert {"noise-05.qwen-s.s1", "nvfp4.qwen-s.s3"} <= {w.split("=", 1)[1] for r, w in everything if r in TRAIN_RULES}
+    r = snakemake(clone, "-n", "figures")
+    jobs = jobs_in(r)
+    assert not planned_rules(jobs) & COMPUTE
+    assert {"analysis", "figure_budget", "table_runs", "figures"} <= planned_rules(jobs)
+    out = r.stdout + r.stderr
+    warned = [ln for ln in out.splitlines() if ln.startswith("figures: ")]
+    new_row = next(ln for ln in warned if "'noise-05'" in ln)
+    assert "left out" in new_row
+    assert all(f"results/toy/runs/noise-05.qwen-s.s{i}/run.json" in new_row for i in range(3))
+    assert any("'nvfp4'" in ln and "results/toy/runs/nvfp4.qwen-s.s3/run.json" in ln for ln in warned)
+    # the new noise row is a probed one: the mechanism's outputs wait for it
+    assert any("mechanism" in ln and "noise-05.qwen-s.s0" in ln for ln in warned)
+    assert "figure_mechanism" not in planned_rules(jobs)
+    # the analysis is built from the runs that exist: the new row's are not its inputs
+    analysis = out[out.index("rule analysis:"):]
+    assert "noise-05" not in analysis.split("output:", 1)[0] and "nvfp4.qwen-s.s2" in analysis.split("output:", 1)[0]
+
+
+def lints(text: str) -> set[tuple[str, str]]:
+    """(rule or snakefile, lint title) of every warning `snakemake --lint` prints."""
+    found, where = set(), None
+    for line in text.splitlines():
+        m = re.match(r"^Lints for (?:rule (\S+) \(|snakefile (\S+):)", line)
+        if m:
+            where = m.group(1) or m.group(2)
+        elif where and (m := re.match(r"^    \* (.+?):?$", line)):
+            found.add((where, m.group(1).rstrip(":")))
+    return found
+
+
+def test_lint_is_clean_but_for_the_justified_warnings(clone):
+    r = snakemake(clone, "--lint", check=False)
+    found = lints(r.stdout + r.stderr)
+    rules = {w for w, _ in found}
+    justified = yaml.safe_load((ROOT / "workflow/lint.yaml").read_text())
+    allowed = set()
+    for entry in justified:
+        assert entry["why"].strip(), entry
+        for rule in (rules if entry["rules"] == "every" else entry["rules"]):
+            allowed.add((rule, entry["lint"]))
+    assert found, "no lint parsed: has `snakemake --lint`'s output changed?"
+    assert found - allowed == set(), f"unjustified lints (justify them in workflow/lint.yaml or fix them): {found - allowed}"
+    assert allowed - found == set(), f"workflow/lint.yaml justifies lints that no longer fire: {allowed - found}"
+    assert not any(w.endswith(".smk") or w.endswith("Snakefile") for w in rules)  # no lint of a whole file
