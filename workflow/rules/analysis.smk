@@ -18,7 +18,7 @@ rule analysis:
         bootstrap=EXPERIMENT.bootstrap.written(),
         admission=EXPERIMENT.admission.written(),
         rl_collapse=EXPERIMENT.rl_collapse.written(),  # as config.yaml writes it: the script reads opd.spec.RLCollapse
-        primary=PRIMARY,
+        primary=SHOWN,
         train_lr=EXPERIMENT.train.lr,
         infra=EXPERIMENT.infra.written(),
         students={name: s.written() for name, s in EXPERIMENT.students.items()},

@@ -20,6 +20,9 @@ BASELINE = EXPERIMENT.baseline.name
 RUNS = {r.run_id: r for r in EXPERIMENT.runs()}
 PRIMARY = EXPERIMENT.primary
 STUDENT_RANK = dag.student_rank(EXPERIMENT)
+# the student the analysis and figures show first (their `primary`): the primary one, or where no run uses it (every
+# row names other students), the first in the config's order that one does
+SHOWN = next((s for s in EXPERIMENT.students if any(r.student == s for r in RUNS.values())), PRIMARY)
 OUT = f"results/{EXP}"
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"

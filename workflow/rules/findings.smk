@@ -9,7 +9,7 @@ rule findings:
     params:
         tau=EXPERIMENT.tau,
         baseline=BASELINE,
-        primary=PRIMARY,
+        primary=SHOWN,
         alpha=EXPERIMENT.admission.alpha,
         L=EXPERIMENT.admission.L,
         rl_collapse=EXPERIMENT.rl_collapse.written(),

@@ -4,7 +4,7 @@
 # the HTML of a table are tagged for `snakemake --report`, with the output's category and its caption
 # (workflow/report/<rule>.rst).
 
-OUTPUT_PARAMS = {"experiment": EXP, "tau": EXPERIMENT.tau, "baseline": BASELINE, "primary": PRIMARY,
+OUTPUT_PARAMS = {"experiment": EXP, "tau": EXPERIMENT.tau, "baseline": BASELINE, "primary": SHOWN,
                  "infra": EXPERIMENT.infra.written(), "backend": BACKEND,
                  "students": {name: s.written() for name, s in EXPERIMENT.students.items()}}
 

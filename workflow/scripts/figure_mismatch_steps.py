@@ -1,4 +1,5 @@
-"""d_n per training step for every OPD row of the primary student, one panel per mismatch source. Guarded rows
+"""d_n per training step for every OPD row of the primary student (or, where no engine row runs it, of the first
+student one runs), one panel per mismatch source. Guarded rows
 are left out: their steps mix the row's engine and the guard's action, so a line of theirs is no one engine's
 d_n (figure_guard draws them, with the guard's activations shaded)."""
 from opd import plotmath, report, scripts, store
@@ -10,8 +11,12 @@ def main(inp, out, params):
     st = store.read_table(inp[0])
     rows = report.rows_frame(inp[1])
     rows = rows[(rows["algorithm"] == "opd") & ~rows["guarded"]]
-    st = st[(st["student"] == params.primary)].merge(rows[["name", "family", "variant"]], left_on="config",
-                                                     right_on="name")
+    st = st.merge(rows[["name", "family", "variant"]], left_on="config", right_on="name")
+    # the primary student, or where no engine row runs it, the first student one runs (in the config's order)
+    engines = st[~st["family"].isin(("baseline", "rl"))]
+    ran = [s for s in [params.primary, *params.students] if s in set(engines["student"])]
+    student = ran[0] if ran else params.primary
+    st = st[st["student"] == student]
     fams = [f for f in report.FAMILY_COLORS if f not in ("baseline", "rl") and f in set(st["family"])]
     fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.6, ncols=len(fams), sharey=True, squeeze=False)
     base = st[st["config"] == params.baseline].groupby("step")["d_n"].mean()

@@ -31,6 +31,11 @@ def span(values, fmt="{:.2f}"):
     return lo if lo == hi else f"{lo}–{hi}"
 
 
+def times(text):
+    """A ratio's range as "<range>x" ("–" where there is none)."""
+    return text if text == "–" else text + "x"
+
+
 def main(inp, out, params):
     t = store.read_table(inp[0])
     last = int(t["step"].max())
@@ -53,11 +58,13 @@ def main(inp, out, params):
     ]
     n_prefixes = n_prefixes_checked(t)
     for space, col in SPACES:
-        ot = over_training(t, space)
+        ot = over_training(t, space)  # empty where no noise row is probed: those cells are "–"
+        ot = ot if not ot.empty else pd.DataFrame(columns=["err", "upd", "r0", "r1", "opd_bias", "rl_bias", "opd_per",
+                                                           "rl_per"], dtype=float)
         vals = [growth(t, "S", 0, space), growth(t, "S", last, space), growth(t, "T", 0, space),
-                growth(t, "T", last, space), span(ot["err"]) + "x", span(ot["upd"]) + "x", span(ot["r0"]),
-                span(ot["r1"]), span(ot["opd_bias"]) + "x", span(ot["rl_bias"]) + "x", span(ot["opd_per"]) + "x",
-                span(ot["rl_per"]) + "x",
+                growth(t, "T", last, space), times(span(ot["err"])), times(span(ot["upd"])), span(ot["r0"]),
+                span(ot["r1"]), times(span(ot["opd_bias"])), times(span(ot["rl_bias"])), times(span(ot["opd_per"])),
+                times(span(ot["rl_per"])),
                 f"{t[['opd_bias_bound_max_l1', 'rl_bias_bound_max_l1']].max().max():.2f} (checked on {n_prefixes} prefixes)"]
         if space == "param":  # the last five do not depend on the space
             vals[-5:] = ["– (per prefix)"] * 5
