@@ -46,12 +46,14 @@ ADDED = {"engine": ROW_ENGINE, "guard_active": False}
 # a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
 # policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).
 OPTIONAL = {"heldout.parquet": pa.schema({"entropy": pa.float64()}.items())}
+# Columns the contract says hold a number on every row (every reader averages them: a NaN skipped by a mean
+# would move a verdict without a word): a NaN, an infinity or a null there is refused, naming file and column.
+FINITE = {"steps.parquet": ("d_n", "n_tokens", "trained_tokens"), "heldout.parquet": ("kl", "n_tokens")}
 
 
 def _optional(schema: pa.Schema, path: Path) -> list[pa.Field]:
     """The optional columns of a file written or read with `schema` (a known file's schema, under any name)."""
-    names = [n for n, s in SCHEMAS.items() if s.equals(schema)] or [path.name]
-    return [f for n in names for f in OPTIONAL.get(n, ())]
+    return [f for n in _names(schema, path) for f in OPTIONAL.get(n, ())]
 
 
 class SchemaError(ValueError):
@@ -169,7 +171,27 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
                     for f in list(schema) + optional if not _same_type(have.get(f.name), f.type)]
         if problems:
             raise SchemaError(f"{path}: " + "; ".join(problems))
+        problems = [_not_finite(table[c], c) for n in _names(schema, path) for c in FINITE.get(n, ())]
+        if any(problems):
+            raise SchemaError(f"{path}: " + "; ".join(p for p in problems if p)
+                              + " (the contract says a number on every row)")
     return table.to_pandas()
+
+
+def _names(schema: pa.Schema, path: Path) -> list[str]:
+    """The known file names whose contract `schema` is (the file's own name for an unknown schema)."""
+    return [n for n, s in SCHEMAS.items() if s.equals(schema)] or [path.name]
+
+
+def _not_finite(col: pa.ChunkedArray, name: str) -> str | None:
+    """'column 'kl': 5 NaN values (first at row 17)' for a column with NaN, infinities or nulls, or None."""
+    import pyarrow.compute as pc
+    bad = pc.is_null(col) if not pa.types.is_floating(col.type) else pc.invert(pc.is_finite(col.fill_null(float("nan"))))
+    n = pc.sum(bad).as_py() or 0
+    if not n:
+        return None
+    first = pc.index(bad, True).as_py()
+    return f"column {name!r}: {n} NaN, infinite or missing value{'s' if n > 1 else ''} (first at row {first})"
 
 
 def write_json(obj, path) -> None:
