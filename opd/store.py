@@ -99,9 +99,23 @@ def disk_full_error(path, e: BaseException) -> DiskFull:
                     f"training run continues from its last checkpoint ({type(e).__name__}: {e})")
 
 
+def _umask() -> int:
+    """The process's umask (read from /proc where it is, without the set-and-restore race of os.umask)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
     """Write `path` through write(tmp) to a temporary name in its folder, then rename it into place; on
-    any failure the temporary file is removed, and a full disk raises DiskFull."""
+    any failure the temporary file is removed, and a full disk raises DiskFull. The file gets the mode `open`
+    would give it (0666 less the umask), not mkstemp's 0600: collaborators sharing the results can read them."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +124,10 @@ def atomic_write(path: Path, write) -> None:
         if _no_space(e):
             raise disk_full_error(path, e) from e
         raise
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     try:
         write(tmp)
         os.replace(tmp, path)

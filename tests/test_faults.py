@@ -241,3 +241,19 @@ def test_a_job_spec_past_the_size_limit_is_refused_naming_its_file(tmp_path):
     with pytest.raises(C.ConfigError, match=r"x.json: the job's spec would be [\d,]+ bytes, more than the 65,536"):
         C.write_if_changed(tmp_path / "x.json", {"k": "v" * C.MAX_SPEC_BYTES})
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_files_are_written_with_the_process_umask_as_open_would(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store.write_json({"a": 1}, tmp_path / "run.json")
+        store.write_table(pd.DataFrame({"x": [1]}), tmp_path / "t.parquet")
+        store.atomic_torch_save({"w": torch.zeros(1)}, tmp_path / "m.pt")
+        C.write_if_changed(tmp_path / "spec.json", {"k": 1})
+        with open(tmp_path / "plain", "w"):
+            pass
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["run.json", "t.parquet", "m.pt", "spec.json", "plain"], 0o666 & ~umask)
