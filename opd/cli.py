@@ -7,6 +7,7 @@ JSON file saying where the job runs (here, or on Slurm through submitit: opd.spe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -132,9 +133,46 @@ def parse(p, args) -> tuple[JobSpec, Launcher]:
     return spec, launcher
 
 
+class _Tee:
+    """A text stream writing to each of `streams` (the terminal and the job's log)."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+            s.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+    def isatty(self) -> bool:  # as the terminal's: a progress bar there stays a bar (opd.progress)
+        return self.streams[0].isatty()
+
+
+@contextlib.contextmanager
+def job_log(spec: JobSpec):
+    """What the job prints, on the terminal as before and in its log (opd.dag.spec_log_path: the path the job's
+    rule declares as its `log:`; the command never names it, so declaring it reran nothing)."""
+    from opd import dag
+    path = Path(dag.spec_log_path(spec))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)), \
+            contextlib.redirect_stderr(_Tee(sys.stderr, log)):
+        yield path
+
+
 def run(p, args) -> int:
-    from opd import launch
     spec, launcher = parse(p, args)
+    with job_log(spec):
+        return _run(p, args, spec, launcher)
+
+
+def _run(p, args, spec, launcher) -> int:
+    from opd import launch
     if args.job == "train":
         launch.run_train(spec, args.run_dir, launcher)
         return 0

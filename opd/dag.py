@@ -5,6 +5,10 @@ edit, a placement field, a new default) reruns nothing.
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
 from opd.rows import Row
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, JobSpec, KVAttributionSpec, MemoryBoundSpec, Probes, Run,
                       ThroughputSpec, TrainSpec, Verl)
@@ -100,3 +104,73 @@ def memory_bound_spec(e: Experiment, student: str, base: dict[str, str]) -> Memo
                            batches=_needs(e, e.infra.memory_bound_batches, "infra.memory_bound_batches", job),
                            kv_budget_sequences=_needs(e, e.infra.kv_budget_sequences, "infra.kv_budget_sequences", job),
                            **_verl(e, student))
+
+
+def log_path(experiment: str, kind: str, name: str) -> str:
+    """Where a compute job (`python -m opd.cli <job> --spec ...`) writes its log: `logs/<experiment>/<kind>/<name>.log`,
+    from its spec's experiment, KIND and name. The CLI writes it itself (opd.cli), and the job's rule declares the
+    same path as its `log:` (workflow/rules/*.smk call this function with the rule's wildcards), so the rule's
+    command text, which Snakemake reruns a job for when it changes, never names it."""
+    return f"logs/{experiment}/{kind}/{name}.log"
+
+
+def spec_log_path(spec: JobSpec) -> str:
+    """log_path of a job's spec."""
+    return log_path(spec.experiment, spec.KIND, spec.name)
+
+
+# ---------------------------------------------------------------- `snakemake figures`: the results that exist
+
+@dataclass(frozen=True)
+class Scope:
+    """What the DAG's analysis and outputs are built from. For `snakemake` (every other target) that is every run
+    and measurement of the experiment, trained or measured where missing. For `snakemake figures` it is only the
+    results that exist, so that it never trains or measures (on Slurm a training job is GPU-hours): the complete
+    runs (their run.json says so), the rows with one at least, and the measurement files present; `left_out`
+    says what was left out and which target would make it."""
+    runs: tuple[str, ...]
+    rows: tuple[str, ...]
+    existing_only: bool = False
+    exists: Callable[[str], bool] = field(default=lambda path: True, compare=False, repr=False)
+    left_out: tuple[str, ...] = ()
+
+    def has(self, path: str) -> bool:
+        """Whether a compute job's output is in scope: always, except for `figures` where it must exist."""
+        return not self.existing_only or self.exists(path)
+
+    def all_in(self, paths) -> bool:
+        return all(self.has(p) for p in paths)
+
+    def experiment(self, experiment: dict) -> dict:
+        """The experiment as config.yaml writes it, cut to the rows in scope, each with the seeds it has runs
+        of: what opd.outputs.selected decides the outputs from."""
+        if not self.existing_only:
+            return experiment
+        seeds: dict[str, set[int]] = {}
+        for r in self.runs:
+            row, _, seed = r.split(".")
+            seeds.setdefault(row, set()).add(int(seed[1:]))
+        return {**experiment, "rows": [{**r, "seeds": sorted(seeds[r["name"]])} for r in experiment["rows"]
+                                       if r["name"] in self.rows]}
+
+
+def scope(e: Experiment, out: str, existing_only: bool, exists: Callable[[str], bool] | None = None) -> Scope:
+    """The Scope of a DAG (existing_only: the target is `figures`). A run is there when its run.json says complete
+    (opd.store.is_complete; the cache check before the DAG moved damaged runs aside)."""
+    from opd import store
+    runs = e.runs()
+    if not existing_only:
+        return Scope(tuple(r.run_id for r in runs), tuple(r.name for r in e.rows))
+    done = [r for r in runs if store.is_complete(f"{out}/runs/{r.run_id}")]
+    rows = tuple(r.name for r in e.rows if any(d.name == r.name for d in done))
+    if e.baseline.name not in rows:
+        raise ValueError(f"experiment {e.name!r}: `snakemake figures` builds from the results that exist, and the "
+                         f"baseline row {e.baseline.name!r} has none; `snakemake -c 2` trains it")
+    left_out = []
+    for r in e.rows:
+        missing = [m.run_id for m in runs if m.name == r.name and m not in done]
+        if missing:
+            targets = " ".join(f"{out}/runs/{m}/run.json" for m in missing)
+            what = "left out, no run has results" if r.name not in rows else f"{len(missing)} run(s) left out"
+            left_out.append(f"row {r.name!r} {what} ({', '.join(missing)}); to train them: `snakemake -c 2 {targets}`")
+    return Scope(tuple(d.run_id for d in done), rows, True, exists or os.path.exists, tuple(left_out))

@@ -55,6 +55,33 @@ def guarded_rows(m: Matrix) -> bool:
     return m.has(lambda r: r.guard is not None)
 
 
+# The analysis stage's files (results/<experiment>/analysis/), by the names outputs' `inputs` use: the tables the
+# analysis script (workflow/scripts/analysis.py) writes, then those other rules write. A figure that needs a new
+# analysis table adds its name here and reads it in its `inputs`; workflow/rules/common.smk makes the paths and the
+# analysis rule's outputs from this list.
+ANALYSIS_TABLES: tuple[str, ...] = (
+    "steps", "heldout", "rows", "verdicts", "budget", "admission", "admission_summary.json", "rl", "noise",
+    "null_deltas", "staleness_lr", "time_to_kl", "infra")
+OTHER_ANALYSIS_FILES: tuple[str, ...] = (
+    "kv_attribution",  # rule kv_attribution (offline.smk)
+    "async_throughput",  # rule throughput (tiny) or throughput_from_runs (verl: async_throughput_runs.parquet)
+    "memory_bound",  # rule memory_bound
+    "guard",  # rule guard_analysis (analysis.smk)
+    "probes", "probes_prefix",  # rule probes (mechanism.smk)
+)
+
+
+def analysis_file(name: str) -> str:
+    """An analysis file's name in results/<experiment>/analysis/: `<name>.parquet`, or the name itself for JSON."""
+    return name if name.endswith(".json") else f"{name}.parquet"
+
+
+def analysis_key(name: str) -> str:
+    """The analysis rule's output name of a file (a Python identifier: `admission_summary.json` is
+    `admission_summary`), as the analysis script reads it (`output.<key>`)."""
+    return name.removesuffix(".json")
+
+
 # The report's categories (`snakemake --report`), in the paper's order; every output names one of them, and
 # the rules outside this table (mechanism, findings, run provenance) use the same names.
 BUDGET, ADMISSION, KV_CACHE, THROUGHPUT, RL, MECHANISM, INFRA, INSTRUMENT, FINDINGS = CATEGORIES = (
@@ -74,6 +101,9 @@ class Output:
     def __post_init__(self):
         if self.category not in CATEGORIES:
             raise ValueError(f"output {self.rule}: category {self.category!r} is not one of {CATEGORIES}")
+        unknown = [i for i in self.inputs if i not in (*ANALYSIS_TABLES, *OTHER_ANALYSIS_FILES)]
+        if unknown:
+            raise ValueError(f"output {self.rule}: inputs {unknown} are not analysis files (opd.outputs.ANALYSIS_TABLES)")
 
     @property
     def script(self) -> str:

@@ -90,10 +90,7 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
     """Synthetic runs of `rows` through the analysis script, plus the measurements the offline rules make."""
     steps, held, adm = make_runs(d, rows)
     a = d / "analysis"
-    out = Files(**{k: str(a / f"{k}.parquet") for k in ("steps", "heldout", "rows", "verdicts", "budget", "admission",
-                                                         "rl", "noise", "null_deltas", "staleness_lr", "time_to_kl",
-                                                         "infra")},
-                admission_summary=str(a / "admission_summary.json"))
+    out = Files(**{O.analysis_key(n): str(a / O.analysis_file(n)) for n in O.ANALYSIS_TABLES})
     params = SimpleNamespace(rows=[Row.of(r).resolved() for r in rows], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,

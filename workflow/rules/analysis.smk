@@ -3,26 +3,15 @@
 
 rule analysis:
     input:
-        steps=[f"{OUT}/runs/{r}/steps.parquet" for r in RUNS],
-        heldout=[f"{OUT}/runs/{r}/heldout.parquet" for r in RUNS],
-        admission=ADMISSION,
+        # the runs and admission checks in scope: all of them, or for `snakemake figures` those with results
+        steps=lambda w: [f"{OUT}/runs/{r}/steps.parquet" for r in scope().runs],
+        heldout=lambda w: [f"{OUT}/runs/{r}/heldout.parquet" for r in scope().runs],
+        admission=lambda w: scoped_admission(),
         quarantined=QUARANTINED,  # a quarantined run is rerun because the analysis is (common.smk)
     output:
-        steps=f"{ANALYSIS}/steps.parquet",
-        heldout=f"{ANALYSIS}/heldout.parquet",
-        rows=f"{ANALYSIS}/rows.parquet",
-        verdicts=f"{ANALYSIS}/verdicts.parquet",
-        budget=f"{ANALYSIS}/budget.parquet",
-        admission=f"{ANALYSIS}/admission.parquet",
-        admission_summary=f"{ANALYSIS}/admission_summary.json",
-        rl=f"{ANALYSIS}/rl.parquet",
-        noise=f"{ANALYSIS}/noise.parquet",
-        null_deltas=f"{ANALYSIS}/null_deltas.parquet",
-        staleness_lr=f"{ANALYSIS}/staleness_lr.parquet",
-        time_to_kl=f"{ANALYSIS}/time_to_kl.parquet",
-        infra=f"{ANALYSIS}/infra.parquet",
+        **{O.analysis_key(name): ANALYSIS_FILES[name] for name in O.ANALYSIS_TABLES},
     params:
-        rows=[r.resolved() for r in ROWS.values()],
+        rows=lambda w: scoped_rows(),
         baseline=BASELINE,
         tau=EXPERIMENT.tau,
         taus=list(EXPERIMENT.taus),
@@ -47,9 +36,9 @@ rule guard_analysis:
         steps=rules.analysis.output.steps,
         verdicts=rules.analysis.output.verdicts,
     output:
-        f"{ANALYSIS}/guard.parquet",
+        ANALYSIS_FILES["guard"],
     params:
-        rows=[r.resolved() for r in ROWS.values()],
+        rows=lambda w: scoped_rows(),
         baseline=BASELINE,
         guard_line=EXPERIMENT.guard_line,  # what a guard's `d_max: budget` means
     log:

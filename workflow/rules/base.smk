@@ -8,5 +8,7 @@ rule base_models:
         student=f"{MODELS}/{{student}}/student.pt",
         teacher=f"{MODELS}/{{student}}/teacher.pt",
         meta=f"{MODELS}/{{student}}/base.json",
+    log:
+        job_log("base", "{student}"),
     shell:
         "python -m opd.cli base --spec {input.spec} --out {MODELS}/{wildcards.student}"

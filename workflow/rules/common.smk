@@ -1,7 +1,13 @@
-# The selected experiment, its runs and the paths every rule shares. EXPERIMENT (opd.spec.Experiment) holds
-# every setting with its default resolved; the job specs are built from it by opd.dag.
+# The one home of what the rule files share: the selected experiment, its runs, every derived variable, every
+# path and the final outputs. A rule file reads only what this file defines (and its own rules' outputs).
+# EXPERIMENT (opd.spec.Experiment) holds every setting with its default resolved; the job specs are built
+# from it by opd.dag.
+import re
+import sys
+
 from opd import dag
-from opd.spec import Experiment, Probes, run_id
+from opd import outputs as O
+from opd.spec import Experiment, run_id
 
 EXPERIMENT = Experiment.of(config)
 EXP = EXPERIMENT.name
@@ -30,8 +36,11 @@ DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json
 QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
+RUN_ID = r"[A-Za-z0-9][A-Za-z0-9_-]*\.[A-Za-z0-9][A-Za-z0-9_-]*\.s\d+"  # <row>.<student>.s<seed>
+
+
 wildcard_constraints:
-    run_id=r"[A-Za-z0-9][A-Za-z0-9_-]*\.[A-Za-z0-9][A-Za-z0-9_-]*\.s\d+",
+    run_id=RUN_ID,
     row=r"[A-Za-z0-9][A-Za-z0-9_-]*",
     student=r"[A-Za-z0-9][A-Za-z0-9_-]*",
 
@@ -41,6 +50,143 @@ wildcard_constraints:
 # the DAG makes them, and committed results never look older than their inputs.
 MODELS = f"{OUT}/_models"
 
+
+# ---------------------------------------------------------------- the measurements' rows and students (offline.smk)
+
+def opd_engine_rows():
+    """Rows that describe an engine for OPD (budget rows without staleness): the admission check's candidates."""
+    return [r for r in ROWS.values() if r.in_budget and not r.staleness]
+
+
+ADMISSION = {f"{OUT}/admission/{r.name}.{s}.parquet": r.name for r in opd_engine_rows() for s in r.students_or(PRIMARY)}
+KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
+# every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
+KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
+KV_ATTRIBUTION_FILES = [f"{OUT}/kv_attribution/{s}.parquet" for s in KV_STUDENTS]
+STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
+GUARDED = any(r.guard for r in ROWS.values())
+
+
+# ---------------------------------------------------------------- the mechanism stage's probed runs (mechanism.smk)
+
+# the primary student's first-seed runs of the baseline, the noise rows and the staleness rows (tiny backend: the
+# probes are exact sums over the tiny vocabulary); mechanism.smk sets the probes' settings (PROBES)
+PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
+              and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
+PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
+# a probed run's files besides its training's (opd.store.PROBE_FILES: what its run.json records and checks)
+PROBE_FILES = {name: f"{OUT}/runs/{{run_id}}/{f}" for name, f in store.PROBE_FILES.items()}
+# the runs rule train makes: all but the probed ones (rule train_probed's; a run id is followed by "/" in every
+# path), so each run's spec is built by one rule only
+UNPROBED_RUN_ID = (f"(?!(?:{'|'.join(re.escape(r) for r in PROBE_RUNS)})/)" if PROBE_RUNS else "") + RUN_ID
+
+
+# ---------------------------------------------------------------- the analysis stage's files (analysis.smk)
+
+# by the names opd.outputs uses (ANALYSIS_TABLES: the analysis script's; OTHER_ANALYSIS_FILES: other rules')
+ANALYSIS_FILES = {name: f"{ANALYSIS}/{O.analysis_file(name)}" for name in (*O.ANALYSIS_TABLES, *O.OTHER_ANALYSIS_FILES)}
+if BACKEND != "tiny":  # verl: read from the staleness runs themselves (rule throughput_from_runs)
+    ANALYSIS_FILES["async_throughput"] = f"{ANALYSIS}/async_throughput_runs.parquet"
+# what each of the other rules' analysis files is made from, where that is a measurement (a compute job's output)
+MEASURED = {"kv_attribution": KV_ATTRIBUTION_FILES, "memory_bound": [ANALYSIS_FILES["memory_bound"]],
+            "async_throughput": [ANALYSIS_FILES["async_throughput"]] if BACKEND == "tiny" else []}
+
+
+# ---------------------------------------------------------------- the final outputs (rule all, rule figures)
+
+OUTPUTS = O.selected(E)  # opd/outputs.py: the figures and tables this experiment builds
+
+
+def output_paths(o):
+    """A figure's (PDF, PNG) or table's (Markdown, LaTeX, HTML) files, by extension."""
+    folder = FIG if o.kind == "figure" else f"{FIG}/tables"
+    return {ext: f"{folder}/{o.name}.{ext}" for ext in o.extensions}
+
+
+def table_paths(name):
+    return {ext: f"{FIG}/tables/{name}.{ext}" for ext in ("md", "tex", "html")}
+
+
+MECHANISM_FILES = {"png": f"{FIG}/mechanism.png", "pdf": f"{FIG}/mechanism.pdf",
+                   **{f"{name}.{ext}": path for name in ("mechanism", "mechanism_runs")
+                      for ext, path in table_paths(name).items()}}
+MECHANISM = sorted(MECHANISM_FILES.values()) if PROBE_RUNS else []
+PROVENANCE = table_paths("run_provenance")
+FINDINGS = {"md": f"{FIG}/findings.md", "html": f"{FIG}/findings.html"}
+CONFIG_USED = {"yaml": f"{FIG}/config_used.yaml", "html": f"{FIG}/config_used.html"}
+
+
+def final_outputs(outputs, mechanism):
+    """Every figure and table of `outputs` (opd.outputs), the mechanism stage's where `mechanism`, the run
+    provenance, the findings and the configuration used."""
+    return ([f for o in outputs for f in output_paths(o).values()] + (MECHANISM if mechanism else [])
+            + list(PROVENANCE.values()) + list(FINDINGS.values()) + list(CONFIG_USED.values()))
+
+
+FINAL = final_outputs(OUTPUTS, bool(PROBE_RUNS))  # rule all
+
+
+# ---------------------------------------------------------------- what the analysis is built from (opd.dag.Scope)
+
+_SCOPE = []
+
+
+def figures_only():
+    """The target is `figures` alone (`snakemake figures`): build from the results that exist, never train or
+    measure. Snakemake knows its targets once it builds the DAG, so this is asked from input functions only."""
+    targets = getattr(workflow.dag_settings, "targets", None) if workflow.dag_settings else None
+    return bool(targets) and set(targets) == {"figures"}
+
+
+def scope():
+    """This DAG's opd.dag.Scope (every run, or for `figures` those with results), worked out once, when Snakemake
+    first asks; for `figures` what it leaves out is said on stderr, naming the target that would make it."""
+    if not _SCOPE:
+        s = dag.scope(EXPERIMENT, OUT, figures_only())
+        _SCOPE.append(s)
+        for line in s.left_out:
+            print(f"figures: {line}", file=sys.stderr, flush=True)
+    return _SCOPE[0]
+
+
+def scoped_runs():
+    return [RUNS[r] for r in scope().runs]
+
+
+def scoped_rows():
+    """The rows in scope, resolved (opd.rows.Row.resolved): the analysis's `rows` parameter."""
+    return [ROWS[name].resolved() for name in scope().rows]
+
+
+def scoped_admission():
+    s = scope()
+    return [p for p, row in ADMISSION.items() if row in s.rows and s.has(p)]
+
+
+def scoped_final(w=None):
+    """rule figures's inputs: the final outputs the results that exist can make (every one but for `figures`)."""
+    s = scope()
+    outputs, left = [], []
+    for o in O.selected(s.experiment(E)):
+        if o in OUTPUTS and all(s.all_in(MEASURED.get(i, [])) for i in o.inputs):
+            outputs.append(o)
+    mechanism = bool(PROBE_RUNS) and all(r in s.runs for r in PROBE_RUNS)
+    if s.existing_only:
+        for o in OUTPUTS:
+            if o not in outputs:
+                needs = [p for i in o.inputs for p in MEASURED.get(i, []) if not s.has(p)]
+                left.append(f"{o.rule} left out: " + (f"its measurements are missing ({', '.join(needs)}); to make "
+                            f"them: `snakemake -c 2 {' '.join(needs)}`" if needs else
+                            "the rows it shows have no results yet"))
+        if PROBE_RUNS and not mechanism:
+            missing = [r for r in PROBE_RUNS if r not in s.runs]
+            left.append(f"the mechanism figure and tables left out: probed runs without results ({', '.join(missing)})")
+        for line in left:
+            print(f"figures: {line}", file=sys.stderr, flush=True)
+    return final_outputs(outputs, mechanism)
+
+
+# ---------------------------------------------------------------- the compute jobs' inputs (their spec files)
 
 def base_inputs(student):
     """A tiny-backend student's checkpoint and its teacher's (none for verl: its models are named in config)."""
@@ -54,6 +200,21 @@ def spec_file(spec):
     return C.write_if_changed(dag.spec_path(OUT, spec), spec.to_json())
 
 
-def opd_engine_rows():
-    """Rows that describe an engine for OPD (budget rows without staleness): the admission check's candidates."""
-    return [r for r in ROWS.values() if r.in_budget and not r.staleness]
+def train_inputs(w, probes=None):
+    """A run's training job's inputs: the base models (tiny) and its spec, with the probes' settings for a run
+    the mechanism stage probes (rule train_probed passes them)."""
+    run = RUNS[w.run_id]
+    base = base_inputs(run.student)
+    return {**base, "spec": spec_file(dag.train_spec(EXPERIMENT, run, base, probes))}
+
+
+def offline_inputs(build, student, *args):
+    """A measurement's inputs: the base models (tiny) and its spec file, `build(EXPERIMENT, student, base, *args)`
+    (an opd.dag function)."""
+    base = base_inputs(student)
+    return {**base, "spec": spec_file(build(EXPERIMENT, student, base, *args))}
+
+
+def job_log(kind, name):
+    """A compute job's `log:` (opd.dag.log_path: the CLI writes it, the command never names it)."""
+    return dag.log_path(EXP, kind, name)

@@ -1,13 +1,6 @@
 # Stage 1: one training job per run (row x student x seed), local or on Slurm.
 
 
-def train_inputs(w):
-    run = RUNS[w.run_id]
-    base = base_inputs(run.student)
-    probes = PROBES if run.run_id in PROBE_RUNS else None  # mechanism.smk's probed runs
-    return {**base, "spec": spec_file(dag.train_spec(EXPERIMENT, run, base, probes))}
-
-
 rule train:
     input:
         unpack(train_inputs),
@@ -15,6 +8,10 @@ rule train:
         steps=f"{OUT}/runs/{{run_id}}/steps.parquet",
         heldout=f"{OUT}/runs/{{run_id}}/heldout.parquet",
         meta=f"{OUT}/runs/{{run_id}}/run.json",
+    log:
+        job_log("train", "{run_id}"),
+    wildcard_constraints:
+        run_id=UNPROBED_RUN_ID,  # a probed run is rule train_probed's (mechanism.smk)
     resources:
         slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
     # the largest students' runs start first: the short ones fill the cores at the end, not a long one alone
