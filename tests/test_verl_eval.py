@@ -224,3 +224,27 @@ def test_a_slurm_job_that_times_out_is_requeued_with_the_same_call(tmp_path):
     assert isinstance(again, submitit.helpers.DelayedSubmission)
     assert again.function is job and again.args == (spec, out)
     assert pickle.loads(pickle.dumps(job)).fn is heldout_step_job
+
+
+def test_cluster_cost_counts_the_evaluation_on_its_own_gpus(paper):
+    """benchmarks/cluster_cost.py: after the change the evaluation's GPU-hours are its 173 one-GPU jobs and no
+    allocated GPU idles; before, every evaluation hour held the whole allocation (8 or 12 GPUs); measured times
+    replace the estimates."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cluster_cost", Path(__file__).parent.parent / "benchmarks" / "cluster_cost.py")
+    cc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cc)
+    times = {k: {s: 0.5 for s in paper.students} for k in ("eval_step_h", "merge_h", "eval_job_start_h")}
+    times["train_h"] = {s: 1.0 for s in paper.students}
+    c = cc.costs(paper, times)
+    assert c["after"]["held-out evaluation"] == pytest.approx(170 * 1.5 + 3 * 1.0) and c["after"][cc.IDLE] == 0
+    from opd.backends.verl.layout import layout
+    gpus = {r.run_id: layout(paper.verl, r.row).gpus for r in paper.runs()}  # 8; 12 for k > 0; 4 without teacher
+    assert sorted(set(gpus.values())) == [4, 8, 12]
+    # 1 h of training, 6 steps and 5 merges of 0.5 h fit the 8-h limit: the evaluation held every GPU 5.5 h
+    assert c["before"]["held-out evaluation"] == pytest.approx(5.5 * sum(gpus.values()))
+    assert c["before"][cc.IDLE] == pytest.approx(5.5 * sum(g - 1 for g in gpus.values()))
+    assert c["before"]["training"] == c["after"]["training"] == pytest.approx(sum(gpus.values()))
+    assert "eval_step_h" not in c["sources"] and "kv_case_h" in c["sources"]
+    est = cc.costs(paper)
+    assert cc.total(est["after"]) < cc.total(est["before"]) and any("KV attribution of r1-7b" in n for n in est["notes"])
