@@ -23,6 +23,11 @@ C.validate(config)  # schema + cross-field checks; names the experiment, row and
 include: "workflow/rules/common.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/train.smk"
+if BACKEND == "verl":
+
+    include: "workflow/rules/verl_eval.smk"
+
+
 include: "workflow/rules/offline.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/outputs.smk"

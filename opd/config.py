@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 import jsonschema
@@ -24,6 +25,13 @@ class ConfigError(ValueError):
     pass
 
 
+# Bounds on what a config may hold, checked before anything else reads it: the values of the whole config once
+# YAML's aliases are expanded (config.yaml holds about 1,000; an alias bomb of a few KB expands to millions),
+# and the bytes of one job's spec file (the largest is about 1 KB).
+MAX_CONFIG_VALUES = 20_000
+MAX_SPEC_BYTES = 64 * 1024
+
+
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
     with open(path) as f:
         cfg = yaml.safe_load(f)
@@ -34,8 +42,11 @@ def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
 
 def _q(name) -> str:
     """A name in single quotes whatever it holds (repr would switch to double quotes around a quote);
-    a character that would break the error's line (a line break, a control character) is escaped."""
-    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(name)) + "'"
+    a character that would break the error's line (a line break, a control character) is escaped, and a name
+    longer than a name may be is cut short."""
+    name = str(name)
+    name = name if len(name) <= 80 else name[:60] + f"... ({len(name)} characters)"
+    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in name) + "'"
 
 
 def _where(cfg: dict, path) -> str:
@@ -54,19 +65,67 @@ def _where(cfg: dict, path) -> str:
     return f"field {_q('.'.join(map(str, p)) or '(top level)')}"
 
 
+def _finite(x) -> bool:
+    return not isinstance(x, float) or math.isfinite(x)
+
+
+# JSON schema's types as this project reads them: an integer is an int (1.0 and True are not: a float seed
+# would name run `...s1.0`, a float step count fail deep inside training), a number is finite (NaN passes
+# every bound, and where a value may be unset NaN reads as unset: `tau: .nan` would turn a fail into a pass).
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({
+    "integer": lambda _, x: isinstance(x, int) and not isinstance(x, bool),
+    "number": lambda _, x: isinstance(x, (int, float)) and not isinstance(x, bool) and _finite(x)})
+
+
 @functools.lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(yaml.safe_load(SCHEMA.read_text()))
+    cls = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
+    return cls(yaml.safe_load(SCHEMA.read_text()))
+
+
+def _too_many_values(obj, limit: int = MAX_CONFIG_VALUES) -> bool:
+    """Whether `obj` holds more than `limit` values, aliases counted at each use (stops counting past the limit)."""
+    n, todo = 0, [obj]
+    while todo:
+        x = todo.pop()
+        n += 1
+        if n > limit:
+            return True
+        if isinstance(x, dict):
+            todo += [*x.keys(), *x.values()]
+        elif isinstance(x, (list, tuple)):
+            todo += x
+    return False
+
+
+def _nonfinite(obj, path=()) -> list[tuple]:
+    """The paths of every NaN or infinity in `obj` (a key's value anywhere, typed by the schema or not)."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _nonfinite(v, (*path, k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _nonfinite(v, (*path, i))]
+    return [path] if not _finite(obj) else []
 
 
 def validate(cfg: dict) -> None:
     """Raise ConfigError listing every problem; return None when the config is good."""
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping")
+    if _too_many_values(cfg):
+        raise ConfigError(f"invalid config: it holds more than {MAX_CONFIG_VALUES:,} values once YAML's aliases "
+                          f"(&name, *name) are expanded; config.yaml holds about 1,000")
     validator = _validator()
-    errors = []
+    errors = [f"{_where(cfg, p)}: {_get(cfg, p)} is not a finite number (NaN and infinity are refused)"
+              for p in _nonfinite(cfg)]
     for e in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
         msg = e.message
+        if not _finite(e.instance):
+            continue  # named above
+        if e.validator == "pattern" and e.schema is _validator().schema["$defs"]["name"]:
+            msg = (f"{_q(e.instance)} is not a name: letters, digits, '_' and '-' only, starting with a letter "
+                   f"or digit (no line break)")
+        elif e.validator == "maxLength":
+            msg = f"{len(e.instance)} characters, more than the {e.validator_value} allowed"
         if e.validator == "additionalProperties":
             msg = "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
                 " was unexpected", "")
@@ -77,8 +136,25 @@ def validate(cfg: dict) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
 
+def _get(cfg, path):
+    for k in path:
+        cfg = cfg[k]
+    return cfg
+
+
+def _case_collisions(names) -> list[tuple[str, str]]:
+    """(earlier, later) pairs of names that differ in case only: one folder on a case-insensitive filesystem."""
+    seen, out = {}, []
+    for n in names:
+        if n.lower() in seen and seen[n.lower()] != n:
+            out.append((seen[n.lower()], n))
+        seen.setdefault(n.lower(), n)
+    return out
+
+
 def cross_field_errors(cfg: dict) -> list[str]:
-    errors = []
+    errors = [f"field 'experiments': experiments {a!r} and {b!r} differ in case only (one folder on a "
+              f"case-insensitive filesystem)" for a, b in _case_collisions(cfg["experiments"])]
     if cfg["experiment"] not in cfg["experiments"]:
         errors.append(f"field 'experiment': unknown experiment {cfg['experiment']!r}; "
                       f"known: {sorted(cfg['experiments'])}")
@@ -91,12 +167,17 @@ def cross_field_errors(cfg: dict) -> list[str]:
             errors.append(f"experiment {exp!r}, field 'rows': exactly one row must have baseline: true, "
                           f"found {len(baselines)} {baselines}")
         first = next(iter(students))
+        errors += [f"experiment {exp!r}, field 'students': students {a!r} and {b!r} differ in case only (one "
+                   f"folder on a case-insensitive filesystem)" for a, b in _case_collisions(students)]
         seen = {}
         for i, r in enumerate(matrix):
             where = f"experiment {exp!r}, row {i} ({r.name!r})"
-            if r.name in seen:
-                errors.append(f"{where}, field 'name': duplicate of row {seen[r.name]}")
-            seen.setdefault(r.name, i)
+            if r.name.lower() in seen:
+                other = matrix[seen[r.name.lower()]].name
+                errors.append(f"{where}, field 'name': duplicate of row {seen[r.name.lower()]}" + (
+                    "" if other == r.name else f" ({other!r}: names that differ in case only are one folder on "
+                                               f"a case-insensitive filesystem)"))
+            seen.setdefault(r.name.lower(), i)
             for s in r.students or ():
                 if s not in students:
                     errors.append(f"{where}, field 'students': unknown student {s!r}; known: {sorted(students)}")
@@ -221,6 +302,9 @@ def write_if_changed(path, spec: dict) -> str:
     Its mtime then changes only when its content does."""
     from opd import store
     text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise ConfigError(f"{path}: the job's spec would be {len(text.encode()):,} bytes, more than the "
+                          f"{MAX_SPEC_BYTES:,} a spec may hold (the largest of config.yaml's is about 1 KB)")
     p = Path(path)
     if not p.exists() or p.read_text() != text:
         store.atomic_write(p, lambda tmp: Path(tmp).write_text(text))

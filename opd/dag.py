@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from opd.rows import Row
-from opd.spec import (AdmissionSpec, BaseSpec, Experiment, JobSpec, KVAttributionSpec, MemoryBoundSpec, Probes, Run,
-                      ThroughputSpec, TrainSpec, Verl)
+from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, MemoryBoundSpec,
+                      Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl)
 
 
 def spec_path(out: str, spec: JobSpec) -> str:
@@ -174,3 +174,34 @@ def scope(e: Experiment, out: str, existing_only: bool, exists: Callable[[str], 
             what = "left out, no run has results" if r.name not in rows else f"{len(missing)} run(s) left out"
             left_out.append(f"row {r.name!r} {what} ({', '.join(missing)}); to train them: `snakemake -c 2 {targets}`")
     return Scope(tuple(d.run_id for d in done), rows, True, exists or os.path.exists, tuple(left_out))
+# ---- the verl backend's held-out evaluation: its own jobs (the tiny backend's training job evaluates itself)
+
+HELDOUT_SETTINGS = ("eval_responses", "temperature", "max_prompt_length", "max_response_length")
+
+
+def _heldout_settings(s: Settings) -> Settings:
+    """What the held-out evaluation reads of a run's settings (and nothing else, so a row's learning rate or
+    step count never reruns the student's step-0 evaluation)."""
+    return Settings().with_(**{k: getattr(s, k) for k in HELDOUT_SETTINGS})
+
+
+def heldout_base_spec(e: Experiment, student: str) -> HeldoutSpec:
+    """The student's own held-out evaluation (step 0), shared by every run of the student: the evaluation's draw
+    depends on the step alone (common random numbers across rows and seeds), and no row changes the student."""
+    return HeldoutSpec(experiment=e.name, backend=e.backend, student=student, student_spec=e.students[student],
+                       settings=_heldout_settings(e.train), verl=e.verl or Verl(), step=0)
+
+
+def heldout_spec(train: TrainSpec, step: int, run_dir: str) -> HeldoutSpec:
+    """The held-out evaluation of a run (its training spec; its folder `run_dir`) at `step`: the student as given
+    at step 0 (equal to heldout_base_spec's), else the run's weights after `step` updates, from verl's checkpoint
+    of that step in the run folder (plan.schedule names it) merged into `<run_dir>/hf/step_<step>`."""
+    from opd.backends.verl.plan import CHECKPOINTS, schedule
+    common = dict(experiment=train.experiment, backend=train.backend, student=train.student,
+                  student_spec=train.student_spec, settings=_heldout_settings(train.settings), verl=train.verl,
+                  step=step)
+    if step == 0:
+        return HeldoutSpec(**common)
+    ckpt = schedule(train.settings, train.row.staleness).checkpoint(step)
+    return HeldoutSpec(**common, run_id=train.run_id, checkpoint=f"{run_dir}/{CHECKPOINTS}/global_step_{ckpt}/actor",
+                       merged=f"{run_dir}/hf/step_{step}")

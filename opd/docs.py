@@ -63,7 +63,8 @@ def type_text(node: dict, schema: dict) -> str:
     if t in ("integer", "number"):
         return f"{t} {_num(node)}".strip()
     if t == "object" and "additionalProperties" in node and isinstance(node["additionalProperties"], dict):
-        return "mapping: name → (see below)"
+        value = node["additionalProperties"]
+        return "mapping: name → " + ("(see below)" if "$ref" in value else type_text(value, schema))
     return t or "any"
 
 

@@ -56,13 +56,28 @@ def run_train(spec: TrainSpec | Mapping, run_dir, launcher: Launcher | Mapping) 
                            train_shape(spec, launcher.slurm), name=spec.run_id)
 
 
+class CheckpointableJob(submitit.helpers.Checkpointable):
+    """Any other job as submitit runs it: `fn(spec, out)`. On a timeout or preemption signal submitit calls
+    checkpoint(), which (submitit.helpers.Checkpointable's) resubmits the same call, so the job is requeued
+    instead of ending as timed out; the jobs that take hours keep their finished parts and a requeued
+    attempt skips them (opd.backends.verl.evaluate: held-out responses, KV-attribution cases)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, spec: JobSpec, out: Path):
+        return self.fn(spec, out)
+
+
 def run_job(fn, spec: JobSpec, out: Path, launcher: Launcher):
-    """Any other job (admission check, attribution, measurements): here, or as one single-node Slurm job
-    (one GPU where the experiment's jobs have GPUs) whose logs land in `<out's folder>/slurm/`."""
+    """Any other job (admission check, attribution, held-out evaluation, measurements): here, or as one
+    single-node Slurm job (one GPU where the experiment's jobs have GPUs), requeued on timeout
+    (CheckpointableJob), whose logs land in `<out's folder>/slurm/`."""
     if launcher.launcher == "local":
         return fn(spec, out)
     out = Path(out)
-    return submit_and_wait(fn, (spec, out), out.parent, single_job_shape(spec.backend, launcher.slurm), name=out.stem)
+    return submit_and_wait(CheckpointableJob(fn), (spec, out), out.parent, single_job_shape(spec.backend, launcher.slurm),
+                           name=out.stem)
 
 
 def single_job_shape(backend: str, slurm: Slurm) -> Slurm:

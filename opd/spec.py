@@ -614,5 +614,35 @@ class MemoryBoundSpec(_OfflineSpec):
     settings: Settings | None = None
 
 
+@dataclass(frozen=True)
+class HeldoutSpec(JobSpec):
+    """The verl backend's held-out evaluation of one policy: the student as given (step 0, `run_id` None: the
+    same for every run of the student, since the draw depends on the step only) or a run's weights after `step`
+    updates, read from verl's checkpoint folder `checkpoint` and merged into `merged` (a Hugging Face folder).
+    `settings` holds the evaluation's own settings (eval_responses, the lengths), so a row's training settings
+    do not rerun the student's step-0 evaluation."""
+    KIND = "heldout"
+    PARSE = _PARSE
+    experiment: str
+    backend: str
+    student: str
+    student_spec: Student
+    settings: Settings
+    verl: Verl
+    step: int
+    run_id: str | None = None
+    checkpoint: str | None = None
+    merged: str | None = None
+
+    def __post_init__(self):
+        if (self.step == 0) != (self.checkpoint is None):
+            raise SpecError(f"heldout spec {self.name}: step 0 evaluates the student as given, every later step "
+                            f"a checkpoint (step {self.step}, checkpoint {self.checkpoint!r})")
+
+    @property
+    def name(self) -> str:
+        return f"{self.run_id or self.student}.step{self.step}"
+
+
 JOB_SPECS: dict[str, type[JobSpec]] = {s.KIND: s for s in (BaseSpec, TrainSpec, AdmissionSpec, KVAttributionSpec,
-                                                            ThroughputSpec, MemoryBoundSpec)}
+                                                            ThroughputSpec, MemoryBoundSpec, HeldoutSpec)}

@@ -46,12 +46,14 @@ ADDED = {"engine": ROW_ENGINE, "guard_active": False}
 # a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
 # policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).
 OPTIONAL = {"heldout.parquet": pa.schema({"entropy": pa.float64()}.items())}
+# Columns the contract says hold a number on every row (every reader averages them: a NaN skipped by a mean
+# would move a verdict without a word): a NaN, an infinity or a null there is refused, naming file and column.
+FINITE = {"steps.parquet": ("d_n", "n_tokens", "trained_tokens"), "heldout.parquet": ("kl", "n_tokens")}
 
 
 def _optional(schema: pa.Schema, path: Path) -> list[pa.Field]:
     """The optional columns of a file written or read with `schema` (a known file's schema, under any name)."""
-    names = [n for n, s in SCHEMAS.items() if s.equals(schema)] or [path.name]
-    return [f for n in names for f in OPTIONAL.get(n, ())]
+    return [f for n in _names(schema, path) for f in OPTIONAL.get(n, ())]
 
 
 class SchemaError(ValueError):
@@ -97,9 +99,23 @@ def disk_full_error(path, e: BaseException) -> DiskFull:
                     f"training run continues from its last checkpoint ({type(e).__name__}: {e})")
 
 
+def _umask() -> int:
+    """The process's umask (read from /proc where it is, without the set-and-restore race of os.umask)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write) -> None:
     """Write `path` through write(tmp) to a temporary name in its folder, then rename it into place; on
-    any failure the temporary file is removed, and a full disk raises DiskFull."""
+    any failure the temporary file is removed, and a full disk raises DiskFull. The file gets the mode `open`
+    would give it (0666 less the umask), not mkstemp's 0600: collaborators sharing the results can read them."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +124,10 @@ def atomic_write(path: Path, write) -> None:
         if _no_space(e):
             raise disk_full_error(path, e) from e
         raise
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+    finally:
+        os.close(fd)
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -169,7 +188,27 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
                     for f in list(schema) + optional if not _same_type(have.get(f.name), f.type)]
         if problems:
             raise SchemaError(f"{path}: " + "; ".join(problems))
+        problems = [_not_finite(table[c], c) for n in _names(schema, path) for c in FINITE.get(n, ())]
+        if any(problems):
+            raise SchemaError(f"{path}: " + "; ".join(p for p in problems if p)
+                              + " (the contract says a number on every row)")
     return table.to_pandas()
+
+
+def _names(schema: pa.Schema, path: Path) -> list[str]:
+    """The known file names whose contract `schema` is (the file's own name for an unknown schema)."""
+    return [n for n, s in SCHEMAS.items() if s.equals(schema)] or [path.name]
+
+
+def _not_finite(col: pa.ChunkedArray, name: str) -> str | None:
+    """'column 'kl': 5 NaN values (first at row 17)' for a column with NaN, infinities or nulls, or None."""
+    import pyarrow.compute as pc
+    bad = pc.is_null(col) if not pa.types.is_floating(col.type) else pc.invert(pc.is_finite(col.fill_null(float("nan"))))
+    n = pc.sum(bad).as_py() or 0
+    if not n:
+        return None
+    first = pc.index(bad, True).as_py()
+    return f"column {name!r}: {n} NaN, infinite or missing value{'s' if n > 1 else ''} (first at row {first})"
 
 
 def write_json(obj, path) -> None:

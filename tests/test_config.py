@@ -161,7 +161,7 @@ def test_verl_settings_are_checked_before_any_job(toy_config):
 
 
 @pytest.mark.parametrize("ref,msg", [("lr3e-5-k1", "is not another row"), ("nowhere", "is not another row"),
-                                     ("bad name", "does not match")])
+                                     ("bad name", "is not a name")])
 def test_bad_reference(toy_config, ref, msg):
     i, r = row(toy_config, "lr3e-5-k1")
     r["reference"] = ref

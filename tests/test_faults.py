@@ -1,6 +1,8 @@
 """Faults from outside the code, on a real Snakemake DAG in a fresh `git clone` of this tree: a damaged
 cache heals (issue 17, item 1) and a full disk fails clearly and resumes (item 4). The time limit and the
-node failure on Slurm are in tests/test_slurm.py."""
+node failure on Slurm are in tests/test_slurm.py. Issue 24 (trust the cache): a hostile or unlucky input
+never slips through as a number (NaN, floats for integers, bombs), runs are current only if their spec says
+so, files are readable by the people who share them."""
 import errno
 import os
 import subprocess
@@ -8,11 +10,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from conftest import TRAIN_RULES, edit_config, jobs_in, snakemake
+from opd import config as C
 from opd import store
 
 TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
@@ -155,3 +160,100 @@ def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resume
     train_run(spec, tmp_path / "straight")
     straight = store.read_table(tmp_path / "straight" / "steps.parquet")
     pd.testing.assert_frame_equal(steps.drop(columns=TIMING), straight.drop(columns=TIMING))
+
+
+# ---------------------------------------------------------------- issue 24: nothing invalid gets in
+
+def config_error(cfg) -> str:
+    with pytest.raises(C.ConfigError) as e:
+        C.validate(cfg)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("where,value,field", [
+    (lambda e: e, "tau", "field 'tau'"),
+    (lambda e: e["rows"][1], "noise_sigma", "row 1 ('fp8w'), field 'noise_sigma'"),
+    (lambda e: e["rows"][1], "lr", "row 1 ('fp8w'), field 'lr'"),
+    (lambda e: e["admission"], "L", "field 'admission.L'"),
+    (lambda e: e["admission"], "alpha", "field 'admission.alpha'"),
+    (lambda e: next(r for r in e["rows"] if "guard" in r)["guard"], "d_max", "field 'guard.d_max'"),
+])
+@pytest.mark.parametrize("bad", [float("nan"), -float("inf")])
+def test_nan_and_infinity_are_refused_naming_experiment_row_and_field(toy_config, where, value, field, bad):
+    where(toy_config["experiments"]["toy"])[value] = bad
+    msg = config_error(toy_config)
+    assert f"experiment 'toy', " in msg and field in msg and "not a finite number" in msg, msg
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda e: e["train"].update(steps=20.0), "field 'train.steps': 20.0 is not of type 'integer'"),
+    (lambda e: e.update(seeds=[1.0]), "field 'seeds.0': 1.0 is not of type 'integer'"),
+    (lambda e: e["students"]["qwen-s"].update(heads="4"), "field 'students.qwen-s.heads': '4' is not of type"),
+    (lambda e: e["rows"][1].update(staleness=True), "row 1 ('fp8w'), field 'staleness': True is not of type"),
+])
+def test_integer_fields_refuse_floats_strings_and_booleans(toy_config, edit, field):
+    edit(toy_config["experiments"]["toy"])
+    assert field in config_error(toy_config)
+
+
+def test_a_nan_in_a_runs_results_is_refused_naming_file_and_column(tmp_path):
+    src = store.read_table(C.ROOT / "results/toy/runs/bf16.qwen-s.s0/heldout.parquet")
+    src.loc[[3, 7, 9, 11, 13], "kl"] = np.nan  # the probe of issue 24: Δ moved 34.52% -> 34.59% without a word
+    store.write_table(src, tmp_path / "heldout.parquet", store.HELDOUT)
+    with pytest.raises(store.SchemaError, match=r"heldout.parquet: column 'kl': 5 NaN, infinite or missing values "
+                                                 r"\(first at row 3\)"):
+        store.read_table(tmp_path / "heldout.parquet")
+    steps = store.read_table(C.ROOT / "results/toy/runs/bf16.qwen-s.s0/steps.parquet")
+    steps.loc[0, "d_n"] = np.inf
+    store.write_table(steps, tmp_path / "steps.parquet", store.STEPS)
+    with pytest.raises(store.SchemaError, match="column 'd_n': 1 NaN"):
+        store.read_table(tmp_path / "steps.parquet")
+
+
+def test_names_match_in_full_are_bounded_and_unique_whatever_the_case(toy_config):
+    e = toy_config["experiments"]["toy"]
+    e["rows"][1]["name"] = "fp8w\n"  # would split the shell line and create results/toy\n/
+    assert "row 1 ('fp8w\\n'), field 'name': 'fp8w\\n' is not a name" in config_error(toy_config)
+    e["rows"][1]["name"] = "x" * 300  # an OSError traceback deep in a job before
+    assert "field 'name': 300 characters, more than the 64 allowed" in config_error(toy_config)
+    e["rows"][1]["name"] = "BF16"  # the same folder as bf16 on a case-insensitive filesystem
+    assert "row 1 ('BF16'), field 'name': duplicate of row 0 ('bf16'" in config_error(toy_config)
+    e["rows"][1]["name"] = "fp8w"
+    e["students"]["Qwen-S"] = e["students"]["qwen-s"]
+    assert "students 'qwen-s' and 'Qwen-S' differ in case only" in config_error(toy_config)
+
+
+def test_an_alias_bomb_and_free_form_keys_are_refused_before_anything_expands_them(toy_config):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi"))  # 10^9 values from under 1 KB of YAML
+    toy_config["experiments"]["toy"]["description"] = yaml.safe_load(bomb)["i"]
+    t = time.perf_counter()
+    assert "more than 20,000 values once YAML's aliases" in config_error(toy_config)
+    assert time.perf_counter() - t < 1
+    toy_config["experiments"]["toy"].pop("description")
+    engine = toy_config["experiments"]["paper"]["verl"]["engine"]
+    engine["nested"] = {"a": [1, 2]}  # a free-form key's value: vLLM's engine arguments are single values
+    assert "experiment 'paper', field 'verl.engine.nested': {'a': [1, 2]} is not of type" in config_error(toy_config)
+
+
+def test_a_job_spec_past_the_size_limit_is_refused_naming_its_file(tmp_path):
+    with pytest.raises(C.ConfigError, match=r"x.json: the job's spec would be [\d,]+ bytes, more than the 65,536"):
+        C.write_if_changed(tmp_path / "x.json", {"k": "v" * C.MAX_SPEC_BYTES})
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_files_are_written_with_the_process_umask_as_open_would(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store.write_json({"a": 1}, tmp_path / "run.json")
+        store.write_table(pd.DataFrame({"x": [1]}), tmp_path / "t.parquet")
+        store.atomic_torch_save({"w": torch.zeros(1)}, tmp_path / "m.pt")
+        C.write_if_changed(tmp_path / "spec.json", {"k": 1})
+        with open(tmp_path / "plain", "w"):
+            pass
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == dict.fromkeys(["run.json", "t.parquet", "m.pt", "spec.json", "plain"], 0o666 & ~umask)

@@ -20,6 +20,7 @@ JOBS: dict[tuple[str, str], str] = {
     ("admission", "verl"): "opd.backends.verl:admission_job",
     ("kv-attribution", "tiny"): "opd.backends.tiny.offline:kv_attribution_job",
     ("kv-attribution", "verl"): "opd.backends.verl:kv_attribution_job",
+    ("heldout", "verl"): "opd.backends.verl:heldout_step_job",
     ("throughput", "tiny"): "opd.backends.tiny.offline:throughput_job",
     ("memory-bound", "tiny"): "opd.backends.tiny.offline:memory_bound_job",
 }

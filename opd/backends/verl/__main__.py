@@ -1,7 +1,9 @@
 """python -m opd.backends.verl overrides --experiment paper --json
 python -m opd.backends.verl prepare-data --train DAPO.parquet --heldout aime24=AIME24.jsonl math500=MATH500.jsonl --out data/
 python -m opd.backends.verl heldout --spec results/paper/_jobs/train/RUN.json --run-dir results/paper/runs/RUN
-  (re)runs a finished run's held-out evaluation from its checkpoints (needs vLLM)"""
+  (re)runs a finished run's held-out evaluation from its checkpoints, step by step in this process (needs vLLM)
+python -m opd.backends.verl gather-heldout --spec results/paper/_jobs/train/RUN.json --out RUN/heldout.parquet PART...
+  joins a run's held-out parts (the student's step 0, the run's steps) into its heldout.parquet"""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +12,6 @@ import sys
 from pathlib import Path
 
 from opd import config as C
-from opd import store
 from opd.spec import TrainSpec
 
 from . import data
@@ -31,11 +32,21 @@ def main(argv=None) -> int:
     h = sub.add_parser("heldout", help="held-out evaluation of a run's checkpoints with vLLM -> heldout.parquet")
     h.add_argument("--spec", type=Path, required=True, help="the run's spec (results/<exp>/_jobs/train/<run>.json)")
     h.add_argument("--run-dir", type=Path, required=True)
+    g = sub.add_parser("gather-heldout", help="a run's held-out parts -> its heldout.parquet")
+    g.add_argument("--spec", type=Path, required=True, help="the run's spec (results/<exp>/_jobs/train/<run>.json)")
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("parts", type=Path, nargs="+")
     a = p.parse_args(argv)
     if a.cmd == "heldout":
-        from . import gpu
-        gpu.heldout_eval(TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec)), a.run_dir)
-        store.record_files(a.run_dir)  # the new heldout.parquet's hash, or the cache check would take it for damage
+        from . import evaluate
+        # run.json records the training's files only (the held-out file is the evaluation jobs'), so no hash changes
+        evaluate.heldout_run(TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec)), a.run_dir)
+        return 0
+    if a.cmd == "gather-heldout":
+        from . import evaluate
+        spec = TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec))
+        evaluate.gather_heldout(a.parts, a.out, run_id=spec.run_id, config=spec.row.name, student=spec.student,
+                                seed=spec.seed)
         return 0
     if a.cmd == "prepare-data":
         paths = data.prepare(a.train, dict(h.split("=", 1) for h in a.heldout), a.out)

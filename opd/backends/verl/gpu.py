@@ -1,6 +1,7 @@
-"""The GPU side of the verl backend: the multi-node training job (Ray + verl), the held-out evaluation
-and the offline admission check with vLLM. Needs the `cluster` extra (verl, vLLM) and GPUs; nothing here
-runs on a laptop. benchmarks/verl_smoke.py runs two OPD steps of the toy model end to end on GPUs."""
+"""The GPU side of the verl backend: the multi-node training job (Ray + verl), the offline admission check
+with vLLM, and the pieces the evaluation jobs (opd.backends.verl.evaluate) share with it. Needs the
+`cluster` extra (verl, vLLM) and GPUs; nothing here runs on a laptop. benchmarks/verl_smoke.py runs the toy
+model's OPD steps end to end on one GPU."""
 from __future__ import annotations
 
 import gc
@@ -16,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from opd import stats, store
-from opd.quant import kv_attribution_cases
 from opd.rows import Row
 from opd.spec import AdmissionSpec, KVAttributionSpec, TrainSpec, Verl
 
@@ -24,7 +24,7 @@ from . import logparse
 from .layout import layout as layout_of
 from .hook import GUARD_LOG
 from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
-from .plan import CHECKPOINTS, Schedule, native_engine_args, schedule
+from .plan import native_engine_args
 
 RAY_PORT = 6379
 
@@ -124,7 +124,7 @@ def train_worker(spec: TrainSpec, run_dir: Path) -> None:
 
 def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     """Task 0 of a run: Ray across the allocation's nodes, verl's trainer (resuming from its own
-    checkpoints), then verl's JSONL log as steps.parquet and the held-out evaluation, on this node."""
+    checkpoints), then verl's JSONL log as steps.parquet. The held-out evaluation is not part of it."""
     spec = TrainSpec.of(spec)
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
     row, student, seed = spec.row, spec.student, spec.seed
@@ -136,6 +136,9 @@ def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     # path reaches the logger's Ray actor through the runtime_env in the overrides
     args = overrides(row, spec.student_spec, spec.settings, spec.verl, student=student, seed=seed,
                      run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.guard)
+    # a held-out file of earlier weights is not this training's: run.json must not record it (the evaluation
+    # jobs write the run's heldout.parquet after the training; evaluate.gather_heldout)
+    (run_dir / "heldout.parquet").unlink(missing_ok=True)
     env = dict(os.environ)
     try:
         if nodes > 1:
@@ -150,18 +153,8 @@ def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
                          config=row.name, student=student, seed=seed,
                          responses_per_step=t.prompts_per_step * t.responses_per_prompt, staleness=row.staleness,
                          guard_log=run_dir / GUARD_LOG if spec.guard else None)
-    heldout_eval(spec, run_dir)
-
-
-def _merged_checkpoint(run_dir: Path, step: int, plan: Schedule) -> Path:
-    """verl's FSDP checkpoint of the weights after `step` updates, merged into a Hugging Face folder
-    (verl.model_merger); `plan` names verl's folder (per parameter version for the async trainer)."""
-    src = run_dir / CHECKPOINTS / f"global_step_{plan.checkpoint(step)}" / "actor"
-    out = run_dir / "hf" / f"step_{step}"
-    if not (out / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(src),
-                        "--target_dir", str(out)], check=True)
-    return out
+    # the job ends here and releases its nodes: the held-out evaluation reads the checkpoints in jobs of its
+    # own, one GPU per evaluated step (opd.backends.verl.evaluate, workflow/rules/verl_eval.smk)
 
 
 class SequenceKL(NamedTuple):
@@ -201,22 +194,6 @@ def prompt_ids(tok, messages: list) -> list[int]:
                add_special_tokens=False)["input_ids"]
 
 
-class ScoringDevices(NamedTuple):
-    student: str
-    teacher: str
-
-
-def _scoring_devices() -> ScoringDevices:
-    """Where the held-out evaluation's student and teacher scorers go: GPUs 1 and 2 when the node has them
-    (GPU 0 holds the vLLM engine; a training job's node has 4), else GPU 0 beside the engine; the CPU
-    without GPUs."""
-    import torch
-    n = torch.cuda.device_count()
-    if n == 0:
-        return ScoringDevices("cpu", "cpu")
-    return ScoringDevices(f"cuda:{1 % n}", f"cuda:{2 % n}")
-
-
 def load_weights(llm, model_dir: str) -> None:
     """Load a checkpoint folder's weights into a running standalone engine (the hook's `reload_checkpoint`)
     and drop every cached KV block: vLLM's prefix cache is on by default and reloading weights leaves it,
@@ -225,61 +202,6 @@ def load_weights(llm, model_dir: str) -> None:
     llm.collective_rpc("reload_checkpoint", args=(model_dir, {}))
     if llm.reset_prefix_cache() is False:  # False: requests still running (None from versions that return nothing)
         raise RuntimeError("vLLM did not reset its prefix cache after a weight reload")
-
-
-def heldout_eval(spec: TrainSpec | Mapping, run_dir: Path) -> None:
-    """For each evaluation step: the student (a BF16 vLLM engine) answers every held-out problem R times;
-    student and teacher score the responses with a forward pass in transformers; K_x is the exact
-    full-vocabulary KL per token pooled over a problem's responses, as in the tiny backend. One engine
-    serves every step: each step's merged checkpoint is loaded into it (load_weights, which also drops
-    vLLM's prefix cache). The evaluated steps and their checkpoints come from plan.schedule, as verl saved
-    them. The draw depends on the step only: common random numbers across rows and seeds, as in the tiny
-    backend. Runs on GPUs, or on a CPU with vLLM's CPU build."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    from .data import score
-
-    spec = TrainSpec.of(spec)
-    run_dir = Path(run_dir)
-    s, t = spec.student_spec, spec.settings
-    plan = schedule(t, spec.row.staleness)
-    held = _read_parquets(spec.verl.data.heldout)
-    # scoring: BF16 on GPUs (the paper's models), float32 on a CPU (toy models, where it costs nothing)
-    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    student_dev, teacher_dev = _scoring_devices()
-
-    def scorer(path, device):
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-
-    teacher = scorer(s.teacher, teacher_dev)
-    llm = LLM(s.model, worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl))
-    tok = llm.get_tokenizer()
-    prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, p)) for p in held["prompt"]]
-    truth = [str(r["ground_truth"]) for r in held["reward_model"]]
-    rows = []
-    for step in plan.eval_steps:
-        path = s.model if step == 0 else str(_merged_checkpoint(run_dir, step, plan))
-        if step:
-            load_weights(llm, path)
-        outs = llm.generate(prompts, SamplingParams(n=t.eval_responses, temperature=1.0, seed=step,
-                                                    max_tokens=t.max_response_length))
-        student = scorer(path, student_dev)
-        for pid, out in enumerate(outs):
-            P = len(out.prompt_token_ids)
-            sums = np.zeros(3)
-            for c in out.outputs:
-                ids = torch.tensor([list(out.prompt_token_ids) + list(c.token_ids)])
-                sums += _sequence_kl(student, teacher, ids, P)
-            n_tok = max(sums[2], 1)
-            rows.append({"step": step, "prompt_id": pid, "kl": sums[0] / n_tok, "kl_sampled": sums[1] / n_tok,
-                         "n_tokens": int(sums[2]), "correct": float(np.mean(
-                             [score(held["data_source"][pid], c.text, truth[pid]) for c in out.outputs]))})
-        del student
-    df = pd.DataFrame(rows).assign(run_id=spec.run_id, config=spec.row.name, student=spec.student, seed=spec.seed)
-    store.write_table(df, run_dir / "heldout.parquet", store.HELDOUT)
 
 
 def _candidate_samples(spec: AdmissionSpec | KVAttributionSpec, row: Row,
@@ -327,21 +249,34 @@ def offline_logratios(spec: AdmissionSpec | KVAttributionSpec, rows: list[Row]) 
     """Per row, per sequence (prompts in order, `responses` sequences each): the sum of log q - log p over
     the response's tokens and their count. Each row's candidate engine samples; one standard BF16 engine
     (the same student weights) rescores every row's tokens."""
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    train = _read_parquets(spec.verl.data.train).sample(n=spec.prompts, random_state=spec.seed)
-    messages = [list(p) for p in train["prompt"]]
+    messages = offline_messages(spec)
     samples = [_candidate_samples(spec, row, messages) for row in rows]
-    ref = LLM(spec.student_spec.model, **_engine_args(spec.seed, spec.verl))
-    out = []
-    for seqs in samples:
-        rescored = ref.generate([TokensPrompt(prompt_token_ids=p + r) for p, r, _ in seqs],
-                                SamplingParams(max_tokens=1, prompt_logprobs=0))
-        diffs = [np.asarray(lq) - np.array([out_.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)])
-                 for (pr, r, lq), out_ in zip(seqs, rescored)]
-        out.append(LogRatios(np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64)))
-    return out
+    ref = reference_engine(spec)
+    return [rescore(ref, seqs) for seqs in samples]
+
+
+def offline_messages(spec: AdmissionSpec | KVAttributionSpec) -> list[list]:
+    """The chats an offline measurement samples: `prompts` training prompts drawn with the spec's seed."""
+    train = _read_parquets(spec.verl.data.train).sample(n=spec.prompts, random_state=spec.seed)
+    return [list(p) for p in train["prompt"]]
+
+
+def reference_engine(spec: AdmissionSpec | KVAttributionSpec):
+    """The standard BF16 engine on the student's weights, which rescores candidate samples."""
+    from vllm import LLM
+    return LLM(spec.student_spec.model, **_engine_args(spec.seed, spec.verl))
+
+
+def rescore(ref, seqs: list[tuple[list[int], list[int], list[float]]]) -> LogRatios:
+    """One candidate's samples (prompt ids, response ids, the candidate's log-probabilities) rescored by the
+    reference engine: per sequence the sum of log q - log p over its response tokens, and their count."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    rescored = ref.generate([TokensPrompt(prompt_token_ids=list(p) + list(r)) for p, r, _ in seqs],
+                            SamplingParams(max_tokens=1, prompt_logprobs=0))
+    diffs = [np.asarray(lq) - np.array([out_.prompt_logprobs[len(pr) + i][t].logprob for i, t in enumerate(r)])
+             for (pr, r, lq), out_ in zip(seqs, rescored)]
+    return LogRatios(np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64))
 
 
 def offline_mismatch(spec: AdmissionSpec | Mapping) -> float:
@@ -358,19 +293,3 @@ def admission_job(spec: AdmissionSpec | Mapping, out: Path) -> None:
     sums, tokens = offline_logratios(spec, [spec.row])[0]
     seqs = stats.sequence_frame(sums, tokens, spec.responses, config=spec.row.name, student=spec.student)
     store.write_table(seqs.assign(seconds=time.perf_counter() - t0), out)
-
-
-def kv_attribution_job(spec: KVAttributionSpec | Mapping, out: Path) -> None:
-    """The per-layer FP8 KV-cache attribution with vLLM: every layer FP8, one layer at a time, all but one.
-    One reference engine rescores every case. vLLM's kv_cache_dtype stores keys and values alike, so
-    the keys-only and values-only cases of the tiny engine are not run here."""
-    spec = KVAttributionSpec.of(spec)
-    cases = kv_attribution_cases(spec.student_spec.layers, parts=("kv",))
-    cases = [(recipe, *case) for recipe in spec.recipes for case in cases]
-    rows = [Row.of({"name": f"kv-{mode}-{layer}", "kv_cache": recipe, "bf16_layers": list(keep)})
-            for recipe, mode, layer, keep, _ in cases]
-    per_row = offline_logratios(spec, rows)
-    store.write_table(pd.concat([stats.sequence_frame(sums, tokens, spec.responses, student=spec.student,
-                                                      recipe=recipe, part=part, mode=mode, layer=layer)
-                                 for (recipe, mode, layer, _, part), (sums, tokens) in zip(cases, per_row)],
-                                ignore_index=True), out)
