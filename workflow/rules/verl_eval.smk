@@ -26,6 +26,8 @@ rule heldout_base:
         spec=lambda w: spec_file(dag.heldout_base_spec(EXPERIMENT, w.student)),
     output:
         f"{OUT}/heldout_base/{{student}}.parquet",
+    log:
+        job_log("heldout", "{student}.step0"),
     resources:
         slurm_jobs=lambda w: int(config["launcher"] == "slurm"),
     shell:
@@ -39,6 +41,8 @@ rule heldout_step:
         spec=lambda w: spec_file(dag.heldout_spec(run_train_spec(w.run_id), int(w.step), f"{OUT}/runs/{w.run_id}")),
     output:
         f"{OUT}/runs/{{run_id}}/heldout/step_{{step}}.parquet",
+    log:
+        job_log("heldout", "{run_id}.step{step}"),
     wildcard_constraints:
         step=r"[1-9]\d*",
     resources:
