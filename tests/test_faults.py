@@ -257,3 +257,72 @@ def test_files_are_written_with_the_process_umask_as_open_would(tmp_path, umask)
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
     assert modes == dict.fromkeys(["run.json", "t.parquet", "m.pt", "spec.json", "plain"], 0o666 & ~umask)
+
+
+# ---------------------------------------------------------------- issue 24: a run is current only if its spec says so
+
+def set_sigma(sigma):
+    def edit(c):
+        next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "noise-15")["noise_sigma"] = sigma
+    return edit
+
+
+NOISE_15 = {f"noise-15.qwen-s.s{s}" for s in range(3)}
+
+
+@pytest.mark.parametrize("case", ["specs committed without their runs", "run files with a future mtime"])
+def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone, case):
+    edit_config(clone, set_sigma(0.30))
+    runs = clone / "results" / "toy" / "runs"
+    if case == "specs committed without their runs":
+        # what a clone of a commit holding the edited config and the specs a dry run rewrote, but the old runs,
+        # checks out: git writes _jobs/ before runs/, so every run looks newer than its new spec
+        from opd import dag
+        from opd.spec import Experiment
+        e = Experiment.of(yaml.safe_load((clone / "config.yaml").read_text()))
+        for r, spec in dag.train_specs(e, "results/toy/_models").items():
+            p = clone / dag.spec_path("results/toy", spec)
+            C.write_if_changed(p, spec.to_json())
+            os.utime(p, (time.time() - 3600,) * 2)
+    else:  # results copied with fresh times, or a clock that ran ahead
+        for r in NOISE_15:
+            for f in (runs / r).iterdir():
+                os.utime(f, (time.time() + 86400,) * 2)
+    r = snakemake(clone, "-n", "-c", "2")
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == NOISE_15
+    for run in NOISE_15:
+        assert f"run {run} is damaged: {runs / run / 'run.json'}: computed from another spec" in r.stderr
+    assert not (runs / "noise-15.qwen-s.s0" / "run.json").exists()  # moved aside: nothing looks done
+
+
+def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone):
+    runs = clone / "results" / "toy" / "runs"
+    import shutil
+    shutil.rmtree(runs / "fp8w.qwen-s.s0")  # a hand-deleted run folder
+    (runs / "fp8w.qwen-s.s1" / "run.json").unlink()  # a run without run.json
+    (runs / "fp8w.qwen-s.s2" / "run.json").write_text("null")  # parses, but is no run.json
+    (runs / "nvfp4.qwen-s.s0" / "run.json").write_text("[]")
+    meta = store.read_json(runs / "nvfp4.qwen-s.s1" / "run.json")
+    store.write_json({**meta, "files": {}}, runs / "nvfp4.qwen-s.s1" / "run.json")
+    store.write_json({**meta, "run_id": "nvfp4.qwen-s.s2", "files": {"steps.parquet": "x"}},
+                     runs / "nvfp4.qwen-s.s2" / "run.json")
+    m = store.read_json(runs / "fp8w-l0.qwen-s.s0" / "run.json")
+    store.write_json({k: v for k, v in m.items() if k != "status"}, runs / "fp8w-l0.qwen-s.s0" / "run.json")
+    # a killed run: its checkpoint and a running run.json (the only out-of-date job when it was killed)
+    k = runs / "fp8w-l0.qwen-s.s1"
+    store.write_json({**store.read_json(k / "run.json"), "status": "running"}, k / "run.json")
+    (k / "checkpoint.pt").write_bytes(b"a checkpoint")
+    broken = {"fp8w.qwen-s.s0", "fp8w.qwen-s.s1", "fp8w.qwen-s.s2", "nvfp4.qwen-s.s0", "nvfp4.qwen-s.s1",
+              "nvfp4.qwen-s.s2", "fp8w-l0.qwen-s.s0", "fp8w-l0.qwen-s.s1"}
+    r = snakemake(clone, "-n", "-c", "2")
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == broken
+    assert "run fp8w.qwen-s.s0 is missing" in r.stderr and "run fp8w.qwen-s.s1 is incomplete (no run.json)" in r.stderr
+    assert "run fp8w-l0.qwen-s.s1 is incomplete (its job was killed or is running): it will be run (resuming from " \
+           "its checkpoint)" in r.stderr
+    assert "fp8w.qwen-s.s2/run.json: not a JSON object but NoneType" in r.stderr
+    assert "nvfp4.qwen-s.s1/run.json: files records no steps.parquet" in r.stderr
+    assert "nvfp4.qwen-s.s2/run.json: files['steps.parquet'] is 'x'" in r.stderr
+    assert "fp8w-l0.qwen-s.s0/run.json: status None" in r.stderr
+    # a second call (nothing ran in between) still reruns them: the quarantine log stays newer than the analysis
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(snakemake(clone, "-n", "-c", "2"))
+            if rule in TRAIN_RULES} == broken

@@ -20,14 +20,6 @@ ANALYSIS = f"{OUT}/analysis"
 LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", EXPERIMENT.launcher.to_json())
 # The admission line the admission job's summary line decides against (opd.cli), likewise not an input.
 C.write_if_changed(dag.admission_line_path(EXP), dag.admission_line(EXPERIMENT))
-# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
-# its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
-# checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,
-# so the DAG reruns exactly the damaged runs.
-from opd import store
-DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json")
-# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
-QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
 wildcard_constraints:
@@ -40,6 +32,20 @@ wildcard_constraints:
 # then _models/ (tiny students and teachers), then admission/, analysis/, runs/ are written in the order
 # the DAG makes them, and committed results never look older than their inputs.
 MODELS = f"{OUT}/_models"
+# Every run's training spec (opd.dag.train_specs): what its spec file holds, and what its run.json is checked against.
+SPECS = dag.train_specs(EXPERIMENT, MODELS)
+# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
+# its run.json records and its run.json's spec hash against its job's spec now, the base models' the same way
+# against base.json (opd.store.heal_runs; hashes only of files whose size or mtime changed since this checkout
+# last hashed them). A damaged or stale run is named on stderr and its files move to {OUT}/_quarantine/; it and
+# a run found incomplete or missing are logged there, and the log is an input of the analysis: the DAG reruns
+# exactly those runs, whatever else is up to date.
+from opd import store
+DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS,
+                          base_specs={s: dag.base_spec(EXPERIMENT, s) for s in EXPERIMENT.students}
+                          if BACKEND == "tiny" else None)
+# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
+QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
 def base_inputs(student):

@@ -4,15 +4,8 @@
 # the verl backend has no such stage.
 import re
 
-PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
-              and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
-PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
-# The probes' settings (opd.spec.Probes), the one place they are set; a probed run's spec holds them, so
-# changing one retrains exactly the probed runs. 128 prompts x 2 responses: ~6,000 prefixes per set, where
-# T / U repeats within ~15% over probe seeds (over probe seeds at step 0, S / U spreads up to 2.5x at sigma
-# 0.15: two extra seeds at the first and last step show it); probed at the runs' evaluation steps.
-PROBES = Probes.of({"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2], "sample_prefixes": 200,
-                    "steps": EXPERIMENT.train.eval_steps()})
+PROBE_ROWS = dag.probe_rows(EXPERIMENT)
+PROBE_RUNS = dag.probe_runs(EXPERIMENT)
 MECHANISM = ([f"{FIG}/mechanism.{ext}" for ext in ("pdf", "png")]
              + [f"{FIG}/tables/{name}.{ext}" for name in ("mechanism", "mechanism_runs")
                 for ext in ("md", "tex", "html")]
@@ -25,7 +18,7 @@ PROBE_FILES = {name: f"{OUT}/runs/{{run_id}}/{f}" for name, f in store.PROBE_FIL
 
 if PROBE_RUNS:
 
-    # A probed run trains as every run does (the train rule: the same job; its spec adds PROBES) and then
+    # A probed run trains as every run does (the train rule: the same job; its spec adds the probes, opd.dag.probes) and then
     # probes the policy versions it kept, in the same job: its weights are never re-created and never stored.
     use rule train as train_probed with:
         output:

@@ -2,10 +2,8 @@
 
 
 def train_inputs(w):
-    run = RUNS[w.run_id]
-    base = base_inputs(run.student)
-    probes = PROBES if run.run_id in PROBE_RUNS else None  # mechanism.smk's probed runs
-    return {**base, "spec": spec_file(dag.train_spec(EXPERIMENT, run, base, probes))}
+    # SPECS: common.smk's (opd.dag.train_specs); a probed run's spec holds the probes (opd.dag.probes)
+    return {**base_inputs(RUNS[w.run_id].student), "spec": spec_file(SPECS[w.run_id])}
 
 
 rule train:
