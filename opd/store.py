@@ -436,6 +436,16 @@ def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
     return dest
 
 
+def another_invocation(workdir=".") -> bool:
+    """Whether another snakemake runs in this working directory: it holds Snakemake's locks
+    (.snakemake/locks/). Read while the Snakefile is parsed, before this call takes any lock of its own (a dry
+    run takes none); a lock left by a killed snakemake counts too until `snakemake --unlock`. While another one
+    runs, a call changes nothing its jobs read: no spec file is rewritten (opd.config.write_if_changed), no run is
+    moved aside (heal_runs)."""
+    locks = Path(workdir) / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
 PENDING = "_pending"  # the ledger's key: the runs this checkout has already seen incomplete or missing
 
 
@@ -462,19 +472,30 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
     before = json.dumps(verified, sort_keys=True)
     pending_before = set(verified.pop(PENDING, ()))
     damaged, pending, events = {}, set(), []
+    busy = another_invocation(out_dir.parent.parent)  # out_dir: results/<experiment> under the working directory
     checks = [(r, out_dir / "runs" / r, "run.json", ALL_RUN_FILES, RUN_FILES, (specs or {}).get(r)) for r in run_ids]
     checks += [(f"base models of {s}", out_dir / "_models" / s, "base.json", BASE_FILES, BASE_FILES, spec)
                for s, spec in (base_specs or {}).items()]
     for what, d, meta_name, names, files, spec in checks:
         problems = check_run(d, verified, hash_all, spec=spec, files=files, meta_name=meta_name)
-        if problems is None and meta_name == "run.json":
+        if problems is None and meta_name == "run.json" and not busy:
             pending.add(what)
+            # a killed job's outputs written before its final run.json (the job reruns, from its checkpoint)
+            left = [n for n in ALL_RUN_FILES if (d / n).exists()]
+            if left and (d / "run.json").exists():
+                quarantine(d, out_dir / "_quarantine", left)
             if what not in pending_before:
                 why = "incomplete (its job was killed or is running)" if (d / "run.json").exists() else (
                     "missing" if not d.exists() else "incomplete (no run.json)")
                 events.append({"run_id": what, "problems": [f"{d}: {why}"], "moved_to": None})
                 log(f"opd: run {what} is {why}: it will be run{' (resuming from its checkpoint)' if (d / CHECKPOINT).exists() else ''}.")
         if not problems:
+            continue
+        if busy:
+            damaged[what] = (problems, None)
+            log(f"opd: {'run ' if meta_name == 'run.json' else ''}{what} is damaged or stale: " + "; ".join(problems)
+                + ". Another snakemake is running in this folder (.snakemake/locks/), so nothing is moved: rerun "
+                  "once it is done (after a killed snakemake: `snakemake --unlock` first).")
             continue
         for name in (meta_name, *names):
             verified.pop(str(d / name), None)

@@ -291,7 +291,7 @@ def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone
     r = snakemake(clone, "-n", "-c", "2")
     assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == NOISE_15
     for run in NOISE_15:
-        assert f"run {run} is damaged: {runs / run / 'run.json'}: computed from another spec" in r.stderr
+        assert f"run {run} is damaged: results/toy/runs/{run}/run.json: computed from another spec" in r.stderr
     assert not (runs / "noise-15.qwen-s.s0" / "run.json").exists()  # moved aside: nothing looks done
 
 
@@ -326,3 +326,40 @@ def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone)
     # a second call (nothing ran in between) still reruns them: the quarantine log stays newer than the analysis
     assert {w.split("=", 1)[1] for rule, w in jobs_in(snakemake(clone, "-n", "-c", "2"))
             if rule in TRAIN_RULES} == broken
+
+
+def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clone):
+    import json
+    import sys
+    from opd.spec import TrainSpec
+
+    def longer(c):
+        small_toy(c)
+        c["experiments"]["toy"]["train"].update(steps=40, eval_every=20, checkpoint_every=10)
+    edit_config(clone, longer)
+    run = clone / "results" / "toy" / "runs" / "bf16.qwen-s.s1"
+    spec = clone / "results" / "toy" / "_jobs" / "train" / "bf16.qwen-s.s1.json"
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "-c", "1", f"{run.relative_to(clone)}/run.json"],
+                             cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    locks = clone / ".snakemake" / "locks"
+    deadline = time.time() + 120
+    while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, first.communicate()[0][-3000:]
+    before = spec.read_bytes()
+    # the probe: an edited config and a dry run while the first one trains
+    edit_config(clone, lambda c: c["experiments"]["toy"]["train"].update(steps=12))
+    r = snakemake(clone, "-n", "-c", "2")
+    assert first.poll() is None, "the first snakemake ended before the dry run: make its run longer"
+    assert spec.read_bytes() == before
+    assert f"opd: results/toy/_jobs/train/bf16.qwen-s.s1.json is not rewritten while another snakemake runs" in r.stderr
+    out = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, out[-3000:]
+    meta = store.read_json(run / "run.json")
+    assert meta["spec_sha256"] == TrainSpec.from_json(json.loads(before)).sha256()
+    assert store.read_table(run / "steps.parquet")["step"].max() == 39  # the spec it started with, throughout
+    # once it is done, the next call reads the edited config: the run is stale, named and rerun
+    r = snakemake(clone, "-n", "-c", "2", f"{run.relative_to(clone)}/run.json")
+    assert "run bf16.qwen-s.s1 is damaged: results/toy/runs/bf16.qwen-s.s1/run.json: computed from another spec" \
+        in r.stderr
+    assert ("train", "run_id=bf16.qwen-s.s1") in jobs_in(r)
