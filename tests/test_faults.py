@@ -363,3 +363,83 @@ def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clon
     assert "run bf16.qwen-s.s1 is damaged: results/toy/runs/bf16.qwen-s.s1/run.json: computed from another spec" \
         in r.stderr
     assert ("train", "run_id=bf16.qwen-s.s1") in jobs_in(r)
+
+
+def test_provenance_counts_every_attempt_and_the_checkpoint_outlives_a_failed_final_write(tmp_path, monkeypatch):
+    import json
+    import shutil
+    from opd import backends, training
+    from opd.spec import TrainSpec
+    committed = C.ROOT / "results" / "toy" / "runs" / "bf16.qwen-s.s1"
+    spec = TrainSpec.from_json(json.loads((C.ROOT / "results/toy/_jobs/train/bf16.qwen-s.s1.json").read_text()))
+    run = tmp_path / "bf16.qwen-s.s1"
+    attempt = []
+
+    def job(spec, run_dir, progress=None):  # the backend: checkpoints, killed in its first attempt
+        attempt.append(1)
+        time.sleep(0.3)
+        (run_dir / store.CHECKPOINT).write_bytes(b"the last checkpoint")
+        if len(attempt) == 1:
+            raise KeyboardInterrupt  # killed after its checkpoint
+        for f in store.RUN_FILES:
+            shutil.copy(committed / f, run_dir / f)
+        return {}
+    monkeypatch.setattr(backends, "job", lambda kind, backend: job)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(spec, run)
+    first_start = store.read_json(run / "run.json")["start"]
+    (run / "run.json").unlink()  # Snakemake removes a failed job's outputs
+    write_json = store.write_json
+
+    def full_disk_at_the_end(obj, path):
+        if obj.get("status") == "complete":
+            raise store.DiskFull(errno.ENOSPC, "disk full")
+        write_json(obj, path)
+    monkeypatch.setattr(store, "write_json", full_disk_at_the_end)
+    with pytest.raises(store.DiskFull):
+        training.train(spec, run)
+    assert (run / store.CHECKPOINT).exists()  # what the next attempt resumes from
+    monkeypatch.setattr(store, "write_json", write_json)
+    meta = training.train(spec, run)
+    assert meta["attempts"] == 3 and meta["start"] == first_start
+    assert meta["wall_s"] >= 0.9  # three attempts of at least 0.3 s each, up to their last checkpoint
+    assert sorted(p.name for p in run.iterdir()) == ["heldout.parquet", "run.json", "steps.parquet"]
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Makes a folder read-only: a read-only bind mount as root (root writes through file modes), else its modes."""
+    done = []
+
+    def make(where):
+        if os.geteuid() == 0:
+            subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+            subprocess.run(["mount", "-o", "remount,ro,bind", str(where)], check=True)
+        else:
+            for p in [where, *where.rglob("*")]:
+                p.chmod(0o555 if p.is_dir() else 0o444)
+        done.append(where)
+    yield make
+    for where in done:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(where)], check=False)
+        else:
+            for p in [where, *where.rglob("*")]:
+                p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def test_a_damaged_run_in_a_read_only_results_folder_is_named_and_the_rest_goes_on(tmp_path, read_only):
+    import shutil
+    out = tmp_path / "results" / "toy"
+    for r in ("bf16.qwen-s.s1", "bf16.qwen-s.s2"):
+        shutil.copytree(C.ROOT / "results" / "toy" / "runs" / r, out / "runs" / r)
+    with open(out / "runs" / "bf16.qwen-s.s2" / "steps.parquet", "r+b") as f:
+        f.truncate(100)
+    read_only(out)
+    said = []
+    damaged = store.heal_runs(out, ["bf16.qwen-s.s1", "bf16.qwen-s.s2"], tmp_path / "verified.json", log=said.append)
+    assert list(damaged) == ["bf16.qwen-s.s2"] and damaged["bf16.qwen-s.s2"][1] is None
+    msg = next(m for m in said if "bf16.qwen-s.s2" in m)
+    assert "run bf16.qwen-s.s2 is damaged" in msg and "steps.parquet: 100 bytes" in msg
+    assert f"cannot be moved aside" in msg and f"make {out} writable" in msg
+    assert (out / "runs" / "bf16.qwen-s.s2" / "steps.parquet").stat().st_size == 100  # nothing moved
