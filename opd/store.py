@@ -493,7 +493,7 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
             continue
         if busy:
             damaged[what] = (problems, None)
-            log(f"opd: {'run ' if meta_name == 'run.json' else ''}{what} is damaged or stale: " + "; ".join(problems)
+            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged or stale: " + "; ".join(problems)
                 + ". Another snakemake is running in this folder (.snakemake/locks/), so nothing is moved: rerun "
                   "once it is done (after a killed snakemake: `snakemake --unlock` first).")
             continue
@@ -504,13 +504,13 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
                               (meta_name, *names))
         except OSError as e:
             damaged[what] = (problems, None)
-            log(f"opd: {'run ' if meta_name == 'run.json' else ''}{what} is damaged: " + "; ".join(problems)
+            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
                 + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
                 f"{out_dir} writable and rerun to rerun it; jobs that read it fail, the others run.")
             continue
         damaged[what] = (problems, dest)
         events.append({"run_id": what, "problems": problems, "moved_to": str(dest), "time": dest.name})
-        log(f"opd: {'run ' if meta_name == 'run.json' else ''}{what} is damaged: " + "; ".join(problems)
+        log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
             + f". Its files are moved to {dest}/ and {'the run' if meta_name == 'run.json' else 'they'} will be rerun.")
     if pending:
         verified[PENDING] = sorted(pending)

@@ -443,3 +443,31 @@ def test_a_damaged_run_in_a_read_only_results_folder_is_named_and_the_rest_goes_
     assert "run bf16.qwen-s.s2 is damaged" in msg and "steps.parquet: 100 bytes" in msg
     assert f"cannot be moved aside" in msg and f"make {out} writable" in msg
     assert (out / "runs" / "bf16.qwen-s.s2" / "steps.parquet").stat().st_size == 100  # nothing moved
+
+
+def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
+    import shutil
+    from opd import dag
+    from opd.spec import Experiment
+    out = tmp_path / "results" / "toy"
+    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s")
+    e = Experiment.of(C.load())
+    bases = {"qwen-s": dag.base_spec(e, "qwen-s")}
+    ledger = tmp_path / "verified.json"
+    assert store.heal_runs(out, [], ledger, base_specs=bases) == {}
+    teacher = out / "_models" / "qwen-s" / "teacher.pt"
+    size = teacher.stat().st_size
+    with open(teacher, "r+b") as f:  # torch would say "PytorchStreamReader failed", naming no file
+        f.truncate(size // 2)
+    said = []
+    damaged = store.heal_runs(out, [], ledger, base_specs=bases, log=said.append)
+    problems, dest = damaged["base models of qwen-s"]
+    assert problems == [f"{teacher}: {size // 2} bytes, base.json records {size}"]
+    assert dest.parent == out / "_quarantine" / "_models" / "qwen-s" and (dest / "teacher.pt").exists()
+    assert said[0].startswith("opd: base models of qwen-s are damaged: ")
+    # base models trained from another student spec are stale the same way
+    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s", dirs_exist_ok=True)
+    import dataclasses
+    other = dataclasses.replace(bases["qwen-s"], student_spec=bases["qwen-s"].student_spec.with_(d_ff=256))
+    problems = store.heal_runs(out, [], ledger, base_specs={"qwen-s": other})["base models of qwen-s"][0]
+    assert "base.json: computed from another spec" in problems[0]

@@ -2,8 +2,11 @@
 
 
 def train_inputs(w):
-    # SPECS: common.smk's (opd.dag.train_specs); a probed run's spec holds the probes (opd.dag.probes)
-    return {**base_inputs(RUNS[w.run_id].student), "spec": spec_file(SPECS[w.run_id])}
+    # SPECS: common.smk's (opd.dag.train_specs); a probed run's spec holds the probes (opd.dag.probes). The base
+    # models count by their spec (it is in the run's: student_spec), not their file times: base models rebuilt
+    # after damage (opd.store.heal_runs checks them against base.json) rerun no run computed from the same spec.
+    base = {k: ancient(v) for k, v in base_inputs(RUNS[w.run_id].student).items()}
+    return {**base, "spec": spec_file(SPECS[w.run_id])}
 
 
 rule train:
