@@ -483,7 +483,11 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
             # a killed job's outputs written before its final run.json (the job reruns, from its checkpoint)
             left = [n for n in ALL_RUN_FILES if (d / n).exists()]
             if left and (d / "run.json").exists():
-                quarantine(d, out_dir / "_quarantine", left)
+                try:
+                    quarantine(d, out_dir / "_quarantine", left)
+                except OSError as e:
+                    log(f"opd: run {what} is incomplete, and its files cannot be moved aside ({e.strerror}): make "
+                        f"{out_dir} writable and rerun to resume it.")
             if what not in pending_before:
                 why = "incomplete (its job was killed or is running)" if (d / "run.json").exists() else (
                     "missing" if not d.exists() else "incomplete (no run.json)")
@@ -509,9 +513,13 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
                 f"{out_dir} writable and rerun to rerun it; jobs that read it fail, the others run.")
             continue
         damaged[what] = (problems, dest)
+        if meta_name == "run.json":
+            pending.add(what)  # missing from now on until it is rerun: named here, not again as missing
         events.append({"run_id": what, "problems": problems, "moved_to": str(dest), "time": dest.name})
         log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
             + f". Its files are moved to {dest}/ and {'the run' if meta_name == 'run.json' else 'they'} will be rerun.")
+    if busy:
+        pending = pending_before  # this call names nothing as incomplete: another one is running them
     if pending:
         verified[PENDING] = sorted(pending)
     if json.dumps(verified, sort_keys=True) != before:
