@@ -1,5 +1,6 @@
 """The cost of the cache check (opd.store.heal_runs) that runs before every DAG, on a copy of an
-experiment's runs (default: results/toy/runs, 126 runs). Prints the time of each case:
+experiment's runs (default: results/toy/runs, the runs of the config's toy experiment), each run.json also
+compared with its job spec's hash (built as the DAG builds it). Prints the time of each case:
 
 - legacy, first sight: run.json without hashes, each Parquet file read in full and checked, then hashed
 - legacy, again: sizes and mtimes against this checkout's record (.snakemake/opd/verified-<exp>.json)
@@ -43,10 +44,18 @@ def main():
         print(f"{len(runs)} runs, {size / 2**20:.1f} MiB in {src}")
         ledger = Path(tmp) / "verified.json"
 
+        # every run's job spec, as the DAG builds them: each run.json's spec hash is compared with its spec's
+        from opd import config as C
+        from opd import dag
+        from opd.spec import Experiment
+        e = Experiment.of(C.load(), a.experiment)
+        specs = {r: s for r, s in dag.train_specs(e, f"results/{a.experiment}/_models").items() if r in runs}
+        runs = list(specs)
+
         def check(hash_all=False, fresh=False):
             if fresh:
                 ledger.unlink(missing_ok=True)
-            damaged = store.heal_runs(out, runs, ledger, hash_all=hash_all)
+            damaged = store.heal_runs(out, runs, ledger, hash_all=hash_all, specs=specs)
             assert not damaged, damaged
         rows = [("legacy, first sight (read + schema + hash)", timed(lambda: check(fresh=True), a.repeat)[0]),
                 ("legacy, again (stat against the record)", timed(check, a.repeat)[0])]

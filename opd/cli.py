@@ -56,7 +56,9 @@ def main(argv=None) -> int:
     c.add_argument("--hash", action="store_true", help="hash every file, also those whose size and mtime "
                    "are unchanged since this checkout last hashed them (bit rot)")
     c.add_argument("--record-legacy", action="store_true", help="write sizes and sha256 into the run.json of "
-                   "complete runs that have none (written before hashes were recorded), after the full check")
+                   "complete runs that have none (written before hashes were recorded), after the full check, and "
+                   "the spec's sha256 into those whose row, settings, student and seed agree with their job's spec; "
+                   "the same into each student's base.json")
     v = sub.add_parser("verdict", help="is this row's engine within budget? Its verdicts, budget and admission "
                        "decision per student, from the analysis files alone (never trains), and what is missing")
     v.add_argument("row", help="a row of the experiment (config.yaml)")
@@ -108,16 +110,23 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     """Paths are relative to the current folder (the repository root), as Snakemake's are."""
     from opd import config as C
     from opd import store
+    from opd import dag
+    from opd.spec import Experiment
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment or cfg["experiment"]
-    runs = [r.run_id for r in C.runs(cfg, exp)]
-    damaged = store.heal_runs(f"results/{exp}", runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all)
+    e = Experiment.of(cfg, exp)
+    specs = dag.train_specs(e, f"results/{exp}/_models")  # as the DAG's (workflow/rules/common.smk)
+    bases = {s: dag.base_spec(e, s) for s in e.students} if e.backend == "tiny" else None
+    runs = list(specs)
+    damaged = store.heal_runs(f"results/{exp}", runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
+                              specs=specs, base_specs=bases)
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
           + (f"{len(damaged)} damaged, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
              if damaged else "no damaged run"))
     if record_legacy:
-        recorded = store.record_legacy(f"results/{exp}", runs)
-        print(f"hashes written into the run.json of {len(recorded)} run(s) that had none")
+        recorded = store.record_legacy(f"results/{exp}", runs, specs, bases)
+        print(f"file or spec hashes written into the run.json or base.json of {len(recorded)} run(s) or base "
+              f"models that had none (each after checking its files read and its record agrees with its spec)")
     return 1 if damaged else 0
 
 

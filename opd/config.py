@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -299,7 +300,8 @@ def rows(cfg: dict, experiment: str | None = None) -> list[Row]:
 
 def write_if_changed(path, spec: dict) -> str:
     """Write canonical JSON to path unless the file already holds exactly that; return the path.
-    Its mtime then changes only when its content does."""
+    Its mtime then changes only when its content does. An existing file is left as it is while another
+    snakemake runs in this folder (opd.store.another_invocation): its jobs read it."""
     from opd import store
     text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
     if len(text.encode()) > MAX_SPEC_BYTES:
@@ -307,5 +309,9 @@ def write_if_changed(path, spec: dict) -> str:
                           f"{MAX_SPEC_BYTES:,} a spec may hold (the largest of config.yaml's is about 1 KB)")
     p = Path(path)
     if not p.exists() or p.read_text() != text:
+        if p.exists() and store.another_invocation():  # its jobs read this file: a dry run must not change it
+            print(f"opd: {path} is not rewritten while another snakemake runs in this folder (.snakemake/locks/); "
+                  f"this call plans from it as it is", file=sys.stderr, flush=True)
+            return str(path)
         store.atomic_write(p, lambda tmp: Path(tmp).write_text(text))
     return str(path)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from opd.rows import Row
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, MemoryBoundSpec,
-                      Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl)
+                      Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, run_id)
 
 
 def spec_path(out: str, spec: JobSpec) -> str:
@@ -73,6 +73,37 @@ def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | N
                      student=run.student, seed=run.seed, student_spec=e.students[run.student],
                      settings=e.settings(run.row), student_path=base.get("student"), teacher_path=base.get("teacher"),
                      guard=e.guard(run.row), probes=probes, verl=(e.verl or Verl()) if e.backend == "verl" else None)
+
+
+def probe_rows(e: Experiment) -> list[Row]:
+    """The mechanism stage's probed rows (tiny backend; workflow/rules/mechanism.smk): the budget rows of the
+    baseline, noise and staleness families that run the primary student."""
+    if e.backend != "tiny":
+        return []
+    return [r for r in e.rows if r.in_budget and r.family in ("baseline", "noise", "staleness")
+            and e.primary in r.students_or(e.primary)]
+
+
+def probe_runs(e: Experiment) -> list[str]:
+    """The probed runs: the primary student's first-seed run of each probed row."""
+    return [run_id(r.name, e.primary, (r.seeds or e.seeds)[0]) for r in probe_rows(e)]
+
+
+def probes(e: Experiment) -> Probes:
+    """The probes' settings (opd.spec.Probes), the one place they are set; a probed run's spec holds them, so
+    changing one retrains exactly the probed runs. 128 prompts x 2 responses: ~6,000 prefixes per set, where
+    T / U repeats within ~15% over probe seeds (over probe seeds at step 0, S / U spreads up to 2.5x at sigma
+    0.15: two extra seeds at the first and last step show it); probed at the runs' evaluation steps."""
+    return Probes.of({"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2], "sample_prefixes": 200,
+                      "steps": e.train.eval_steps()})
+
+
+def train_specs(e: Experiment, models: str) -> dict[str, TrainSpec]:
+    """Every run's training spec by run id (models: results/<experiment>/_models): what the train rules write as
+    each run's spec file, and what the cache check (opd.store.heal_runs) compares each run's run.json with."""
+    probed, p = set(probe_runs(e)), probes(e)
+    return {r.run_id: train_spec(e, r, base_paths(e, models, r.student), p if r.run_id in probed else None)
+            for r in e.runs()}
 
 
 def _offline(e: Experiment, student: str, base: dict[str, str]) -> dict:

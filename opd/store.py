@@ -176,8 +176,9 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
         raise
     except (pa.ArrowException, OSError) as e:
         raise DamagedFile(f"{path}: not a readable Parquet file ({e}). If it is a run's file, rerun the pipeline "
-                          f"(`snakemake -c 2`, or your usual command): it moves the damaged run's files to "
-                          f"results/<experiment>/_quarantine/ and reruns that run.") from e
+                          f"(`snakemake -c 2`, or your usual command): before building the DAG it checks every run "
+                          f"against its run.json, moves a damaged run's files to results/<experiment>/_quarantine/ "
+                          f"and reruns it, and reruns a run whose run.json is missing or incomplete.") from e
     if schema is not None:
         for f in schema:
             if f.name in ADDED and f.name not in table.column_names:
@@ -247,6 +248,10 @@ def is_complete(run_dir) -> bool:
 # ---------------------------------------------------------------- the self-checking cache of runs
 
 RUN_FILES = ("steps.parquet", "heldout.parquet")  # every complete run's files
+# A run's checkpoint (tiny backend) and its record of attempts (opd.training), in its folder while the run is not
+# complete: a rerun continues from them; removed once the final run.json is in place (and never moved aside).
+CHECKPOINT = "checkpoint.pt"
+ATTEMPTS = "attempts.json"
 # a probed run's files besides (the mechanism's gradient probes, written by its own training job)
 PROBE_FILES = {"probes": "probes.parquet", "prefix": "probes_prefix.parquet"}
 ALL_RUN_FILES = (*RUN_FILES, *PROBE_FILES.values())  # what a complete run.json records (`files`), where present
@@ -288,17 +293,79 @@ def parquet_problem(path) -> str | None:
     return None
 
 
-def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | None:
-    """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
-    run.json, or not `"status": "complete"`: Snakemake decides about those).
+_HEX64 = frozenset("0123456789abcdef")
 
-    With hashes in run.json: sizes are compared every time, a file is hashed when its size or mtime
-    differs from what `verified` (this checkout's record of files already hashed) remembers, or always
-    with hash_all. Without them (a run.json written before hashes were recorded): each file must be a
-    readable Parquet file of the contract the first time it is seen, and its hash is then remembered in
-    `verified` against that run.json, so a later change to the file is caught like any other."""
+
+def _is_sha(v) -> bool:
+    return isinstance(v, str) and len(v) == 64 and set(v) <= _HEX64
+
+
+def record_problems(meta, path: Path, status=("running", "complete"), files=RUN_FILES) -> list[str]:
+    """What is wrong with a run.json's (or a base.json's) form: a JSON object with a `status` of `status`, for
+    run.json a `run_id` that is its folder's name, and for a complete one `files` naming each of `files` with
+    its size (an integer) and sha256 (64 hex digits); [] when well-formed. `files` may be absent (written before
+    hashes were recorded: checked by reading, check_run)."""
+    if not isinstance(meta, dict):
+        return [f"{path}: not a JSON object but {type(meta).__name__}"]
+    out = []
+    if meta.get("status") not in status:
+        out.append(f"{path}: status {meta.get('status')!r}, expected one of {list(status)}")
+    if path.name == "run.json" and meta.get("status") == "complete" and meta.get("run_id") != path.parent.name:
+        out.append(f"{path}: run_id {meta.get('run_id')!r}, expected its folder's name {path.parent.name!r}")
+    if meta.get("status") == "complete" and "files" in meta:
+        rec = meta["files"]
+        if not isinstance(rec, dict):
+            return out + [f"{path}: files is {type(rec).__name__}, expected a mapping of file name to size and sha256"]
+        out += [f"{path}: files records no {n}" for n in files if n not in rec]
+        out += [f"{path}: files[{n!r}] is {v!r}, expected {{'size': <bytes>, 'sha256': <64 hex digits>}}"
+                for n, v in rec.items() if not (isinstance(v, dict) and isinstance(v.get("size"), int)
+                                                and not isinstance(v.get("size"), bool) and _is_sha(v.get("sha256")))]
+    for k in ("spec_sha256", "row_hash"):
+        if k in meta and not _is_sha(meta[k]):
+            out.append(f"{path}: {k} is {meta[k]!r}, expected 64 hex digits")
+    return out
+
+
+def spec_problems(meta: dict, spec, path: Path) -> list[str]:
+    """Whether a complete run (or base models) was computed from `spec` (an opd.spec JobSpec): its record's
+    `spec_sha256` against the spec's sha256. A run.json written before spec hashes were recorded is compared
+    field by field where it can be (its row_hash, settings, student and seed; a base.json its student's spec)."""
+    if spec is None:
+        return []
+    want = spec.sha256()
+    if "spec_sha256" in meta:
+        if meta["spec_sha256"] == want:
+            return []
+        return [f"{path}: computed from another spec (sha256 {meta['spec_sha256'][:12]}...) than the job's spec now "
+                f"({want[:12]}...): the config changed since it ran"]
+    from opd.provenance import sha256_text
+    from opd.spec import dumps
+    if path.name == "base.json":
+        same = {"spec": meta.get("spec"), "student": meta.get("student")} == {
+            "spec": spec.student_spec.written(), "student": spec.student}
+    elif "row_hash" in meta:
+        same = (meta["row_hash"] == sha256_text(dumps(spec.row.params())) and meta.get("settings") == spec.settings.written()
+                and meta.get("student") == spec.student and meta.get("seed") == spec.seed)
+    else:
+        return [f"{path}: records neither spec_sha256 nor row_hash, so nothing says which spec it was computed from"]
+    return [] if same else [f"{path}: its recorded row, settings or student differ from the job's spec now: the config "
+                            f"changed since it ran"]
+
+
+def check_run(run_dir, verified: dict, hash_all: bool = False, spec=None, files=RUN_FILES,
+              meta_name: str = "run.json") -> list[str] | None:
+    """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
+    run.json, or a well-formed one with `"status": "running"`: a killed or running job, heal_runs reruns it).
+
+    A run.json that is not well-formed (record_problems) is a problem. With `spec` (its job's opd.spec
+    TrainSpec), a run computed from another spec is one too (spec_problems). With hashes in run.json: sizes are
+    compared every time, a file is hashed when its size or mtime differs from what `verified` (this checkout's
+    record of files already hashed) remembers, or always with hash_all. Without them (a run.json written before
+    hashes were recorded): each file must be a readable Parquet file of the contract the first time it is
+    seen, and its hash is then remembered in `verified` against that run.json, so a later change to the file is
+    caught like any other. `files` and `meta_name`: base models' (base.json: student.pt, teacher.pt) the same way."""
     run_dir = Path(run_dir)
-    meta_path = run_dir / "run.json"
+    meta_path = run_dir / meta_name
     if not meta_path.exists():
         return None
     raw = meta_path.read_bytes()
@@ -306,31 +373,39 @@ def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | No
         meta = json.loads(raw)
     except ValueError as e:
         return [f"{meta_path}: not readable JSON ({e})"]
-    if not isinstance(meta, dict) or meta.get("status") != "complete":
+    if meta_name == "base.json" and isinstance(meta, dict):
+        meta = {"status": "complete", **meta}  # a base.json is written once its models are
+    problems = record_problems(meta, meta_path, files=files, status=("running", "complete") if meta_name == "run.json"
+                               else ("complete",))
+    if problems:
+        return problems
+    if meta["status"] != "complete":
         return None
+    problems = spec_problems(meta, spec, meta_path)
+    if problems:
+        return problems
     meta_sha = hashlib.sha256(raw).hexdigest()
     recorded = meta.get("files")
-    problems = []
-    for name in (recorded or {n: None for n in RUN_FILES}):
+    for name in (recorded or {n: None for n in files}):
         path = run_dir / name
         key = str(path)
         try:
             st = path.stat()
         except FileNotFoundError:
-            problems.append(f"{path}: missing, though run.json says the run is complete")
+            problems.append(f"{path}: missing, though {meta_name} says {'the run is' if meta_name == 'run.json' else 'it is'} complete")
             continue
         want = (recorded or {}).get(name)
         seen = verified.get(key)
         if seen and want is None and seen.get("run_json") != meta_sha:
             seen = None  # a different run.json (a rerun, a pull): verify from scratch
         if want is not None and st.st_size != want["size"]:
-            problems.append(f"{path}: {st.st_size} bytes, run.json records {want['size']}")
+            problems.append(f"{path}: {st.st_size} bytes, {meta_name} records {want['size']}")
             continue
         expected = want["sha256"] if want is not None else (seen or {}).get("sha256")
         if (not hash_all and seen and expected and seen["sha256"] == expected
                 and (seen["size"], seen["mtime_ns"]) == (st.st_size, st.st_mtime_ns)):
             continue
-        if expected is None:  # first sight of a file without a recorded hash
+        if expected is None and name.endswith(".parquet"):  # first sight of a file without a recorded hash
             why = parquet_problem(path)
             if why:
                 problems.append(why)
@@ -338,78 +413,166 @@ def check_run(run_dir, verified: dict, hash_all: bool = False) -> list[str] | No
         digest = sha256_file(path)
         if expected is not None and digest != expected:
             problems.append(f"{path}: content changed (sha256 {digest[:12]}..., "
-                            f"{'run.json records' if want else 'verified earlier as'} {expected[:12]}...)")
+                            f"{meta_name + ' records' if want else 'verified earlier as'} {expected[:12]}...)")
             continue
         verified[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest,
                          **({} if want else {"run_json": meta_sha})}
     return problems
 
 
-def quarantine(run_dir, dest_root) -> Path:
+BASE_FILES = ("student.pt", "teacher.pt")  # a tiny student's base models (base.json records them)
+
+
+def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
     """Move a run's run.json and its files (ALL_RUN_FILES: the train rules' outputs) to
     dest_root/<run_id>/<UTC time>/; anything else in the folder (a checkpoint, Slurm logs) stays."""
     run_dir = Path(run_dir)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     dest = Path(dest_root) / run_dir.name / stamp
     dest.mkdir(parents=True, exist_ok=False)
-    for name in ("run.json", *ALL_RUN_FILES):
+    for name in names:
         if (run_dir / name).exists():
             os.replace(run_dir / name, dest / name)
     return dest
 
 
-def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None) -> dict:
-    """Check every complete run of `run_ids` under out_dir/runs/ (check_run); move each damaged run's
-    files to out_dir/_quarantine/ and report it by name on stderr, so the DAG built next reruns exactly
-    those runs. `ledger` is this checkout's record of files already hashed (a JSON file, rewritten when it
-    changes). Returns {run_id: (problems, quarantine folder)}."""
+def another_invocation(workdir=".") -> bool:
+    """Whether another snakemake runs in this working directory: it holds Snakemake's locks
+    (.snakemake/locks/). Read while the Snakefile is parsed, before this call takes any lock of its own (a dry
+    run takes none); a lock left by a killed snakemake counts too until `snakemake --unlock`. While another one
+    runs, a call changes nothing its jobs read: no spec file is rewritten (opd.config.write_if_changed), no run is
+    moved aside (heal_runs)."""
+    locks = Path(workdir) / ".snakemake" / "locks"
+    return locks.is_dir() and any(locks.iterdir())
+
+
+PENDING = "_pending"  # the ledger's key: the runs this checkout has already seen incomplete or missing
+
+
+def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs: dict | None = None,
+              base_specs: dict | None = None) -> dict:
+    """Check every complete run of `run_ids` under out_dir/runs/ (check_run; against its job spec where `specs`
+    maps run ids to opd.spec TrainSpecs) and, with `base_specs` ({student: BaseSpec}), every student's base
+    models under out_dir/_models/ (base.json's record of student.pt and teacher.pt); move each damaged or stale
+    run's files (or base models) to out_dir/_quarantine/ and report it by name on stderr, so the DAG built next
+    reruns exactly those. A run that is incomplete (killed, its run.json missing or `running`) or missing
+    altogether is named too, the first time this checkout sees it so. Each of these appends to the quarantine
+    log, an input of the analysis: Snakemake reruns a missing run only for a job that needs to run, so the
+    analysis is made to. `ledger` is this checkout's record of files already hashed (a JSON file, rewritten when it
+    changes). A folder that cannot be written (read-only results) is named and left as it is: jobs that read a
+    damaged run fail, the rest still runs. Returns {run_id: (problems, quarantine folder or None)}."""
     out_dir, ledger = Path(out_dir), Path(ledger)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         verified = read_json(ledger)
     except (OSError, ValueError):
         verified = {}
+    if not isinstance(verified, dict):
+        verified = {}
     before = json.dumps(verified, sort_keys=True)
-    damaged = {}
-    for run_id in run_ids:
-        problems = check_run(out_dir / "runs" / run_id, verified, hash_all)
-        if problems:
-            for name in ("run.json", *ALL_RUN_FILES):
-                verified.pop(str(out_dir / "runs" / run_id / name), None)
-            dest = quarantine(out_dir / "runs" / run_id, out_dir / "_quarantine")
-            damaged[run_id] = (problems, dest)
-            log(f"opd: run {run_id} is damaged: " + "; ".join(problems)
-                + f". Its files are moved to {dest}/ and the run will be rerun.")
+    pending_before = set(verified.pop(PENDING, ()))
+    damaged, pending, events = {}, set(), []
+    busy = another_invocation(out_dir.parent.parent)  # out_dir: results/<experiment> under the working directory
+    checks = [(r, out_dir / "runs" / r, "run.json", ALL_RUN_FILES, RUN_FILES, (specs or {}).get(r)) for r in run_ids]
+    checks += [(f"base models of {s}", out_dir / "_models" / s, "base.json", BASE_FILES, BASE_FILES, spec)
+               for s, spec in (base_specs or {}).items()]
+    for what, d, meta_name, names, files, spec in checks:
+        problems = check_run(d, verified, hash_all, spec=spec, files=files, meta_name=meta_name)
+        if problems is None and meta_name == "run.json" and not busy:
+            pending.add(what)
+            # a killed job's outputs written before its final run.json (the job reruns, from its checkpoint)
+            left = [n for n in ALL_RUN_FILES if (d / n).exists()]
+            if left and (d / "run.json").exists():
+                try:
+                    quarantine(d, out_dir / "_quarantine", left)
+                except OSError as e:
+                    log(f"opd: run {what} is incomplete, and its files cannot be moved aside ({e.strerror}): make "
+                        f"{out_dir} writable and rerun to resume it.")
+            if what not in pending_before:
+                why = "incomplete (its job was killed or is running)" if (d / "run.json").exists() else (
+                    "missing" if not d.exists() else "incomplete (no run.json)")
+                events.append({"run_id": what, "problems": [f"{d}: {why}"], "moved_to": None})
+                log(f"opd: run {what} is {why}: it will be run{' (resuming from its checkpoint)' if (d / CHECKPOINT).exists() else ''}.")
+        if not problems:
+            continue
+        if busy:
+            damaged[what] = (problems, None)
+            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged or stale: " + "; ".join(problems)
+                + ". Another snakemake is running in this folder (.snakemake/locks/), so nothing is moved: rerun "
+                  "once it is done (after a killed snakemake: `snakemake --unlock` first).")
+            continue
+        for name in (meta_name, *names):
+            verified.pop(str(d / name), None)
+        try:
+            dest = quarantine(d, out_dir / "_quarantine" / ("_models" if meta_name == "base.json" else ""),
+                              (meta_name, *names))
+        except OSError as e:
+            damaged[what] = (problems, None)
+            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
+                + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
+                f"{out_dir} writable and rerun to rerun it; jobs that read it fail, the others run.")
+            continue
+        damaged[what] = (problems, dest)
+        if meta_name == "run.json":
+            pending.add(what)  # missing from now on until it is rerun: named here, not again as missing
+        events.append({"run_id": what, "problems": problems, "moved_to": str(dest), "time": dest.name})
+        log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
+            + f". Its files are moved to {dest}/ and {'the run' if meta_name == 'run.json' else 'they'} will be rerun.")
+    if busy:
+        pending = pending_before  # this call names nothing as incomplete: another one is running them
+    if pending:
+        verified[PENDING] = sorted(pending)
     if json.dumps(verified, sort_keys=True) != before:
-        write_json(verified, ledger)
-    if damaged:
+        try:
+            write_json(verified, ledger)
+        except OSError:
+            pass  # a read-only checkout: the next call checks again
+    if events:
         record = quarantine_log(out_dir)
         try:
-            events = read_json(record)
+            old = read_json(record)
         except (OSError, ValueError):
-            events = []
-        write_json(events + [{"run_id": r, "problems": p, "moved_to": str(d), "time": d.name}
-                             for r, (p, d) in damaged.items()], record)
+            old = []
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        try:
+            write_json((old if isinstance(old, list) else []) + [{"time": stamp, **e} for e in events], record)
+        except OSError as e:
+            log(f"opd: cannot record in {record} ({e.strerror}): the runs named above are not rerun until "
+                f"{out_dir} is writable")
     return damaged
 
 
-def record_legacy(out_dir, run_ids) -> list[str]:
+def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict | None = None) -> list[str]:
     """Write `files` (sizes and sha256) into each complete run.json of run_ids that has none (written before
-    hashes were recorded), once each of its files reads in full against the Parquet contract; returns the
-    runs recorded. Committed, the hashes protect those runs in every clone from the first check on."""
+    hashes were recorded), once each of its files reads in full against the Parquet contract; and, with `specs`
+    ({run_id: TrainSpec}), `spec_sha256` into each complete run.json that has none, once its recorded row_hash,
+    settings, student and seed agree with the spec (spec_problems); with `base_specs` ({student: BaseSpec}), the
+    same into each student's base.json (its files: student.pt and teacher.pt, once their spec agrees with
+    base.json's). Returns what was recorded (run ids, `base models of <student>`). Committed, the hashes protect
+    those runs in every clone from the first check on."""
     recorded = []
-    for run_id in run_ids:
-        d = Path(out_dir) / "runs" / run_id
+    checks = [(r, Path(out_dir) / "runs" / r, "run.json", RUN_FILES, (specs or {}).get(r)) for r in run_ids]
+    checks += [(f"base models of {s}", Path(out_dir) / "_models" / s, "base.json", BASE_FILES, spec)
+               for s, spec in (base_specs or {}).items()]
+    for what, d, meta_name, files, spec in checks:
         try:
-            meta = read_json(d / "run.json")
+            meta = read_json(d / meta_name)
         except (OSError, ValueError):
             continue
-        if meta.get("status") != "complete" or "files" in meta:
+        full = {"status": "complete", **meta} if meta_name == "base.json" and isinstance(meta, dict) else meta
+        if record_problems(full, d / meta_name, files=files) or full.get("status") != "complete":
             continue
-        if any(not (d / n).exists() or parquet_problem(d / n) for n in RUN_FILES):
-            continue  # heal_runs moves such a run aside
-        write_json({**meta, "files": file_records(d)}, d / "run.json")
-        recorded.append(run_id)
+        new = dict(meta)
+        if "files" not in meta:
+            if any(not (d / n).exists() or (n.endswith(".parquet") and parquet_problem(d / n)) for n in files):
+                continue  # heal_runs moves such a run aside
+            new["files"] = file_records(d) if meta_name == "run.json" else {
+                n: {"size": (d / n).stat().st_size, "sha256": sha256_file(d / n)} for n in files}
+        if spec is not None and "spec_sha256" not in meta and not spec_problems(meta, spec, d / meta_name):
+            new["spec_sha256"] = spec.sha256()
+        if new != meta:
+            write_json(new, d / meta_name)
+            recorded.append(what)
     return recorded
 
 

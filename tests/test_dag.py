@@ -73,7 +73,7 @@ def test_adding_a_seed_runs_only_that_seed(built_clone):
 def test_changing_the_probe_settings_reruns_only_the_probed_runs(built_clone):
     """The probes run inside their runs' training jobs (rule train_probed): new probe settings retrain those
     nine runs, with their probes, and no other run."""
-    smk = built_clone / "workflow/rules/mechanism.smk"
+    smk = built_clone / "opd/dag.py"  # opd.dag.probes: where the probe settings are set
     text = smk.read_text()
     assert '"prompts": 128,' in text
     smk.write_text(text.replace('"prompts": 128,', '"prompts": 64,'))

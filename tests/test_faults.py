@@ -257,3 +257,217 @@ def test_files_are_written_with_the_process_umask_as_open_would(tmp_path, umask)
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
     assert modes == dict.fromkeys(["run.json", "t.parquet", "m.pt", "spec.json", "plain"], 0o666 & ~umask)
+
+
+# ---------------------------------------------------------------- issue 24: a run is current only if its spec says so
+
+def set_sigma(sigma):
+    def edit(c):
+        next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "noise-15")["noise_sigma"] = sigma
+    return edit
+
+
+NOISE_15 = {f"noise-15.qwen-s.s{s}" for s in range(3)}
+
+
+@pytest.mark.parametrize("case", ["specs committed without their runs", "run files with a future mtime"])
+def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone, case):
+    edit_config(clone, set_sigma(0.30))
+    runs = clone / "results" / "toy" / "runs"
+    if case == "specs committed without their runs":
+        # what a clone of a commit holding the edited config and the specs a dry run rewrote, but the old runs,
+        # checks out: git writes _jobs/ before runs/, so every run looks newer than its new spec
+        from opd import dag
+        from opd.spec import Experiment
+        e = Experiment.of(yaml.safe_load((clone / "config.yaml").read_text()))
+        for r, spec in dag.train_specs(e, "results/toy/_models").items():
+            p = clone / dag.spec_path("results/toy", spec)
+            C.write_if_changed(p, spec.to_json())
+            os.utime(p, (time.time() - 3600,) * 2)
+    else:  # results copied with fresh times, or a clock that ran ahead
+        for r in NOISE_15:
+            for f in (runs / r).iterdir():
+                os.utime(f, (time.time() + 86400,) * 2)
+    r = snakemake(clone, "-n", "-c", "2")
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == NOISE_15
+    for run in NOISE_15:
+        assert f"run {run} is damaged: results/toy/runs/{run}/run.json: computed from another spec" in r.stderr
+    assert not (runs / "noise-15.qwen-s.s0" / "run.json").exists()  # moved aside: nothing looks done
+
+
+def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone):
+    runs = clone / "results" / "toy" / "runs"
+    import shutil
+    shutil.rmtree(runs / "fp8w.qwen-s.s0")  # a hand-deleted run folder
+    (runs / "fp8w.qwen-s.s1" / "run.json").unlink()  # a run without run.json
+    (runs / "fp8w.qwen-s.s2" / "run.json").write_text("null")  # parses, but is no run.json
+    (runs / "nvfp4.qwen-s.s0" / "run.json").write_text("[]")
+    meta = store.read_json(runs / "nvfp4.qwen-s.s1" / "run.json")
+    store.write_json({**meta, "files": {}}, runs / "nvfp4.qwen-s.s1" / "run.json")
+    store.write_json({**meta, "run_id": "nvfp4.qwen-s.s2", "files": {"steps.parquet": "x"}},
+                     runs / "nvfp4.qwen-s.s2" / "run.json")
+    m = store.read_json(runs / "fp8w-l0.qwen-s.s0" / "run.json")
+    store.write_json({k: v for k, v in m.items() if k != "status"}, runs / "fp8w-l0.qwen-s.s0" / "run.json")
+    # a killed run: its checkpoint and a running run.json (the only out-of-date job when it was killed)
+    k = runs / "fp8w-l0.qwen-s.s1"
+    store.write_json({**store.read_json(k / "run.json"), "status": "running"}, k / "run.json")
+    (k / "checkpoint.pt").write_bytes(b"a checkpoint")
+    broken = {"fp8w.qwen-s.s0", "fp8w.qwen-s.s1", "fp8w.qwen-s.s2", "nvfp4.qwen-s.s0", "nvfp4.qwen-s.s1",
+              "nvfp4.qwen-s.s2", "fp8w-l0.qwen-s.s0", "fp8w-l0.qwen-s.s1"}
+    r = snakemake(clone, "-n", "-c", "2")
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == broken
+    assert "run fp8w.qwen-s.s0 is missing" in r.stderr and "run fp8w.qwen-s.s1 is incomplete (no run.json)" in r.stderr
+    assert "run fp8w-l0.qwen-s.s1 is incomplete (its job was killed or is running): it will be run (resuming from " \
+           "its checkpoint)" in r.stderr
+    assert "fp8w.qwen-s.s2/run.json: not a JSON object but NoneType" in r.stderr
+    assert "nvfp4.qwen-s.s1/run.json: files records no steps.parquet" in r.stderr
+    assert "nvfp4.qwen-s.s2/run.json: files['steps.parquet'] is 'x'" in r.stderr
+    assert "fp8w-l0.qwen-s.s0/run.json: status None" in r.stderr
+    # a second call (nothing ran in between) still reruns them: the quarantine log stays newer than the analysis
+    assert {w.split("=", 1)[1] for rule, w in jobs_in(snakemake(clone, "-n", "-c", "2"))
+            if rule in TRAIN_RULES} == broken
+
+
+def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clone):
+    import json
+    import sys
+    from opd.spec import TrainSpec
+
+    def longer(c):
+        small_toy(c)
+        c["experiments"]["toy"]["train"].update(steps=40, eval_every=20, checkpoint_every=10)
+    edit_config(clone, longer)
+    run = clone / "results" / "toy" / "runs" / "bf16.qwen-s.s1"
+    spec = clone / "results" / "toy" / "_jobs" / "train" / "bf16.qwen-s.s1.json"
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "-c", "1", f"{run.relative_to(clone)}/run.json"],
+                             cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    locks = clone / ".snakemake" / "locks"
+    deadline = time.time() + 120
+    while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, first.communicate()[0][-3000:]
+    before = spec.read_bytes()
+    # the issue's probe: an edited config and a dry run while the first one trains
+    edit_config(clone, lambda c: c["experiments"]["toy"]["train"].update(steps=12))
+    r = snakemake(clone, "-n", "-c", "2")
+    assert first.poll() is None, "the first snakemake ended before the dry run: make its run longer"
+    assert spec.read_bytes() == before
+    assert f"opd: results/toy/_jobs/train/bf16.qwen-s.s1.json is not rewritten while another snakemake runs" in r.stderr
+    out = first.communicate(timeout=600)[0]
+    assert first.returncode == 0, out[-3000:]
+    meta = store.read_json(run / "run.json")
+    assert meta["spec_sha256"] == TrainSpec.from_json(json.loads(before)).sha256()
+    assert store.read_table(run / "steps.parquet")["step"].max() == 39  # the spec it started with, throughout
+    # once it is done, the next call reads the edited config: the run is stale, named and rerun
+    r = snakemake(clone, "-n", "-c", "2", f"{run.relative_to(clone)}/run.json")
+    assert "run bf16.qwen-s.s1 is damaged: results/toy/runs/bf16.qwen-s.s1/run.json: computed from another spec" \
+        in r.stderr
+    assert ("train", "run_id=bf16.qwen-s.s1") in jobs_in(r)
+
+
+def test_provenance_counts_every_attempt_and_the_checkpoint_outlives_a_failed_final_write(tmp_path, monkeypatch):
+    import json
+    import shutil
+    from opd import backends, training
+    from opd.spec import TrainSpec
+    committed = C.ROOT / "results" / "toy" / "runs" / "bf16.qwen-s.s1"
+    spec = TrainSpec.from_json(json.loads((C.ROOT / "results/toy/_jobs/train/bf16.qwen-s.s1.json").read_text()))
+    run = tmp_path / "bf16.qwen-s.s1"
+    attempt = []
+
+    def job(spec, run_dir, progress=None):  # the backend: checkpoints, killed in its first attempt
+        attempt.append(1)
+        time.sleep(0.3)
+        (run_dir / store.CHECKPOINT).write_bytes(b"the last checkpoint")
+        if len(attempt) == 1:
+            raise KeyboardInterrupt  # killed after its checkpoint
+        for f in store.RUN_FILES:
+            shutil.copy(committed / f, run_dir / f)
+        return {}
+    monkeypatch.setattr(backends, "job", lambda kind, backend: job)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(spec, run)
+    first_start = store.read_json(run / "run.json")["start"]
+    (run / "run.json").unlink()  # Snakemake removes a failed job's outputs
+    write_json = store.write_json
+
+    def full_disk_at_the_end(obj, path):
+        if obj.get("status") == "complete":
+            raise store.DiskFull(errno.ENOSPC, "disk full")
+        write_json(obj, path)
+    monkeypatch.setattr(store, "write_json", full_disk_at_the_end)
+    with pytest.raises(store.DiskFull):
+        training.train(spec, run)
+    assert (run / store.CHECKPOINT).exists()  # what the next attempt resumes from
+    monkeypatch.setattr(store, "write_json", write_json)
+    meta = training.train(spec, run)
+    assert meta["attempts"] == 3 and meta["start"] == first_start
+    assert meta["wall_s"] >= 0.9  # three attempts of at least 0.3 s each, up to their last checkpoint
+    assert sorted(p.name for p in run.iterdir()) == ["heldout.parquet", "run.json", "steps.parquet"]
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Makes a folder read-only: a read-only bind mount as root (root writes through file modes), else its modes."""
+    done = []
+
+    def make(where):
+        if os.geteuid() == 0:
+            subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+            subprocess.run(["mount", "-o", "remount,ro,bind", str(where)], check=True)
+        else:
+            for p in [where, *where.rglob("*")]:
+                p.chmod(0o555 if p.is_dir() else 0o444)
+        done.append(where)
+    yield make
+    for where in done:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(where)], check=False)
+        else:
+            for p in [where, *where.rglob("*")]:
+                p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def test_a_damaged_run_in_a_read_only_results_folder_is_named_and_the_rest_goes_on(tmp_path, read_only):
+    import shutil
+    out = tmp_path / "results" / "toy"
+    for r in ("bf16.qwen-s.s1", "bf16.qwen-s.s2"):
+        shutil.copytree(C.ROOT / "results" / "toy" / "runs" / r, out / "runs" / r)
+    with open(out / "runs" / "bf16.qwen-s.s2" / "steps.parquet", "r+b") as f:
+        f.truncate(100)
+    read_only(out)
+    said = []
+    damaged = store.heal_runs(out, ["bf16.qwen-s.s1", "bf16.qwen-s.s2"], tmp_path / "verified.json", log=said.append)
+    assert list(damaged) == ["bf16.qwen-s.s2"] and damaged["bf16.qwen-s.s2"][1] is None
+    msg = next(m for m in said if "bf16.qwen-s.s2" in m)
+    assert "run bf16.qwen-s.s2 is damaged" in msg and "steps.parquet: 100 bytes" in msg
+    assert f"cannot be moved aside" in msg and f"make {out} writable" in msg
+    assert (out / "runs" / "bf16.qwen-s.s2" / "steps.parquet").stat().st_size == 100  # nothing moved
+
+
+def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
+    import shutil
+    from opd import dag
+    from opd.spec import Experiment
+    out = tmp_path / "results" / "toy"
+    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s")
+    e = Experiment.of(C.load())
+    bases = {"qwen-s": dag.base_spec(e, "qwen-s")}
+    ledger = tmp_path / "verified.json"
+    assert store.heal_runs(out, [], ledger, base_specs=bases) == {}
+    teacher = out / "_models" / "qwen-s" / "teacher.pt"
+    size = teacher.stat().st_size
+    with open(teacher, "r+b") as f:  # torch would say "PytorchStreamReader failed", naming no file
+        f.truncate(size // 2)
+    said = []
+    damaged = store.heal_runs(out, [], ledger, base_specs=bases, log=said.append)
+    problems, dest = damaged["base models of qwen-s"]
+    assert problems == [f"{teacher}: {size // 2} bytes, base.json records {size}"]
+    assert dest.parent == out / "_quarantine" / "_models" / "qwen-s" and (dest / "teacher.pt").exists()
+    assert said[0].startswith("opd: base models of qwen-s are damaged: ")
+    # base models trained from another student spec are stale the same way
+    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s", dirs_exist_ok=True)
+    import dataclasses
+    other = dataclasses.replace(bases["qwen-s"], student_spec=bases["qwen-s"].student_spec.with_(d_ff=256))
+    problems = store.heal_runs(out, [], ledger, base_specs={"qwen-s": other})["base models of qwen-s"][0]
+    assert "base.json: computed from another spec" in problems[0]

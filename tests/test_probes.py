@@ -226,7 +226,7 @@ def test_a_probed_runs_job_writes_its_probes_and_an_unprobed_one_none(tmp_path, 
     assert sorted(map(tuple, t[["probe_seed", "step"]].values.tolist())) == [(0, 0), (0, 2), (0, 4), (1, 0), (1, 4)]
     assert (t["probe_cpu_s"] > 0).all() and t["probe_cpu_s"].nunique() == 1
     assert len(store.read_table(run_dir / store.PROBE_FILES["prefix"])) == 3 * 5  # probe seed: 3 steps x 5
-    assert not (run_dir / "checkpoint.pt").exists()  # kept until the probes were written, then deleted
+    assert (run_dir / "checkpoint.pt").exists()  # kept: opd.training removes it once the final run.json is in place
     # the same run without probes trains the very same steps
     same = [store.read_table(d / "steps.parquet")[["d_n", "loss"]] for d in (plain, run_dir)]
     assert same[0].equals(same[1])

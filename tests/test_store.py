@@ -128,12 +128,22 @@ def test_a_run_json_without_hashes_is_checked_by_reading_then_by_the_hash_it_had
     assert "verified earlier as" in store.heal_runs(tmp_path, ["a.s.s0"], ledger)["a.s.s0"][0][0]
 
 
-def test_runs_that_are_not_complete_are_left_to_snakemake(tmp_path):
+def test_runs_that_are_not_complete_are_named_once_and_their_outputs_moved_aside(tmp_path):
     d = complete_run(tmp_path / "runs")
     store.write_json({"status": "running"}, d / "run.json")
     (d / "steps.parquet").write_bytes(b"half")
-    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json") == {}
-    assert (d / "steps.parquet").exists()
+    (d / store.CHECKPOINT).write_bytes(b"ck")
+    said = []
+    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json", log=said.append) == {}
+    assert said == ["opd: run a.s.s0 is incomplete (its job was killed or is running): it will be run (resuming "
+                    "from its checkpoint).", "opd: run never-ran.s.s0 is missing: it will be run."]
+    # its outputs written before the kill are out of Snakemake's way; run.json and the checkpoint stay
+    assert sorted(p.name for p in d.iterdir()) == [store.CHECKPOINT, "run.json"]
+    log = store.read_json(store.quarantine_log(tmp_path))
+    assert [e["run_id"] for e in log] == ["a.s.s0", "never-ran.s.s0"]  # the analysis's input: it reruns them
+    said.clear()
+    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json", log=said.append) == {}
+    assert said == [] and len(store.read_json(store.quarantine_log(tmp_path))) == 2  # named once
 
 
 def test_a_damaged_file_read_by_the_analysis_is_named_with_what_to_do(tmp_path):

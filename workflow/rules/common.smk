@@ -31,14 +31,6 @@ ANALYSIS = f"{OUT}/analysis"
 LAUNCH = C.write_if_changed(".snakemake/opd/launcher.json", EXPERIMENT.launcher.to_json())
 # The admission line the admission job's summary line decides against (opd.cli), likewise not an input.
 C.write_if_changed(dag.admission_line_path(EXP), dag.admission_line(EXPERIMENT))
-# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
-# its run.json records (opd.store.heal_runs; hashes only of files whose size or mtime changed since this
-# checkout last hashed them). A damaged run is named on stderr and its files move to {OUT}/_quarantine/,
-# so the DAG reruns exactly the damaged runs.
-from opd import store
-DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json")
-# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
-QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
 RUN_ID = r"[A-Za-z0-9][A-Za-z0-9_-]*\.[A-Za-z0-9][A-Za-z0-9_-]*\.s\d+"  # <row>.<student>.s<seed>
@@ -54,6 +46,20 @@ wildcard_constraints:
 # then _models/ (tiny students and teachers), then admission/, analysis/, runs/ are written in the order
 # the DAG makes them, and committed results never look older than their inputs.
 MODELS = f"{OUT}/_models"
+# Every run's training spec (opd.dag.train_specs): what its spec file holds, and what its run.json is checked against.
+SPECS = dag.train_specs(EXPERIMENT, MODELS)
+# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
+# its run.json records and its run.json's spec hash against its job's spec now, the base models' the same way
+# against base.json (opd.store.heal_runs; hashes only of files whose size or mtime changed since this checkout
+# last hashed them). A damaged or stale run is named on stderr and its files move to {OUT}/_quarantine/; it and
+# a run found incomplete or missing are logged there, and the log is an input of the analysis: the DAG reruns
+# exactly those runs, whatever else is up to date.
+from opd import store
+DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS,
+                          base_specs={s: dag.base_spec(EXPERIMENT, s) for s in EXPERIMENT.students}
+                          if BACKEND == "tiny" else None)
+# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
+QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
 
 # ---------------------------------------------------------------- the measurements' rows and students (offline.smk)
@@ -75,10 +81,9 @@ GUARDED = any(r.guard for r in ROWS.values())
 # ---------------------------------------------------------------- the mechanism stage's probed runs (mechanism.smk)
 
 # the primary student's first-seed runs of the baseline, the noise rows and the staleness rows (tiny backend: the
-# probes are exact sums over the tiny vocabulary); mechanism.smk sets the probes' settings (PROBES)
-PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
-              and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
-PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
+# probes are exact sums over the tiny vocabulary); opd.dag.probes sets the probes' settings
+PROBE_ROWS = dag.probe_rows(EXPERIMENT)
+PROBE_RUNS = dag.probe_runs(EXPERIMENT)
 # a probed run's files besides its training's (opd.store.PROBE_FILES: what its run.json records and checks)
 PROBE_FILES = {name: f"{OUT}/runs/{{run_id}}/{f}" for name, f in store.PROBE_FILES.items()}
 # the runs the train rule makes - all but the probed ones, which are train_probed's (a run id is followed by "/"
@@ -233,12 +238,13 @@ def spec_file(spec):
     return C.write_if_changed(dag.spec_path(OUT, spec), spec.to_json())
 
 
-def train_inputs(w, probes=None):
-    """A run's training job's inputs: the base models (tiny) and its spec, with the probes' settings for a run
-    the mechanism stage probes (rule train_probed passes them)."""
-    run = RUNS[w.run_id]
-    base = base_inputs(run.student)
-    return {**base, "spec": spec_file(dag.train_spec(EXPERIMENT, run, base, probes))}
+def train_inputs(w):
+    """A run's training job's inputs: the base models (tiny) and its spec (SPECS: opd.dag.train_specs; a probed
+    run's spec holds the probes, opd.dag.probes). The base models count by their spec (it is in the run's:
+    student_spec), not their file times: base models rebuilt after damage (opd.store.heal_runs checks them against
+    base.json) rerun no run computed from the same spec."""
+    base = {k: ancient(v) for k, v in base_inputs(RUNS[w.run_id].student).items()}
+    return {**base, "spec": spec_file(SPECS[w.run_id])}
 
 
 def offline_inputs(build, student, *args):

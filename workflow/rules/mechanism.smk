@@ -4,24 +4,14 @@
 # the verl backend has no such stage.
 import re
 
-from opd.spec import Probes
-
-# The probes' settings (opd.spec.Probes), the one place they are set; a probed run's spec holds them, so
-# changing one retrains exactly the probed runs (common.smk's PROBE_RUNS). 128 prompts x 2 responses: ~6,000
-# prefixes per set, where T / U repeats within ~15% over probe seeds (over probe seeds at step 0, S / U spreads
-# up to 2.5x at sigma 0.15: two extra seeds at the first and last step show it); probed at the runs' evaluation
-# steps.
-PROBES = Probes.of({"prompts": 128, "responses": 2, "probe_seed": 0, "extra_seeds": [1, 2], "sample_prefixes": 200,
-                    "steps": EXPERIMENT.train.eval_steps()})
-
 
 if PROBE_RUNS:
 
-    # A probed run trains as every run does (the train rule: the same job; its spec adds PROBES) and then
+    # A probed run trains as every run does (the train rule: the same job; its spec adds the probes, opd.dag.probes) and then
     # probes the policy versions it kept, in the same job: its weights are never re-created and never stored.
     use rule train as train_probed with:
         input:
-            unpack(lambda w: train_inputs(w, PROBES)),
+            unpack(train_inputs),
         output:
             **rules.train.output,
             **PROBE_FILES,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from opd import progress, stats, store
+from opd import progress, provenance, stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
 from opd.spec import AdmissionSpec, BaseSpec, KVAttributionSpec, MemoryBoundSpec, ThroughputSpec, TrainSpec
@@ -28,7 +28,11 @@ def base_job(spec: BaseSpec, out: Path) -> None:
     set_threads(spec)
     s = spec.student_spec
     losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.student}")
-    store.write_json({"student": spec.student, "spec": s.written(), **losses}, Path(out) / "base.json")
+    # the models' sizes and sha256 and the spec's: the cache check (store.heal_runs) compares them before each DAG
+    files = {n: {"size": (Path(out) / n).stat().st_size, "sha256": provenance.sha256_file(Path(out) / n)}
+             for n in store.BASE_FILES}
+    store.write_json({"student": spec.student, "spec": s.written(), "spec_sha256": spec.sha256(), "files": files,
+                      **losses}, Path(out) / "base.json")
     progress.done(f"base {spec.student}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
                   **losses)
 

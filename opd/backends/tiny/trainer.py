@@ -35,7 +35,7 @@ def set_threads(spec: JobSpec) -> None:
     torch.set_num_threads(int(spec.threads))
 
 
-CHECKPOINT = "checkpoint.pt"  # a run's checkpoint, in its folder, until the run (and its probes) are written
+CHECKPOINT = store.CHECKPOINT  # a run's checkpoint, in its folder, until its final run.json is (opd.training)
 
 
 class AdamW:
@@ -278,8 +278,8 @@ class RunState:
 def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
     """The tiny backend's training job: one run (`train_run`) and, where its spec asks for them (the
     mechanism stage's probed runs), the gradient probes on the policy versions the run kept
-    (opd/backends/tiny/probes.py), written beside its other files. The run's checkpoint stays until the
-    probes are written, so a job killed while probing resumes from it. Returns what run.json records
+    (opd/backends/tiny/probes.py), written beside its other files. The run's checkpoint stays (opd.training
+    removes it once the final run.json is in place), so a job killed while probing resumes from it. Returns what run.json records
     besides the training (probe_s: the probes' wall time). `spec`: a TrainSpec, or its file's JSON."""
     spec = TrainSpec.of(spec)
     if spec.probes is None:
@@ -288,14 +288,13 @@ def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
     from . import probes
     kept = train_run(spec, out_dir, progress, keep=probes.versions(spec.probes, spec.row.staleness))
     probe_s = probes.write_run(spec, kept, out_dir)
-    (Path(out_dir) / CHECKPOINT).unlink(missing_ok=True)
     return {"probe_s": round(probe_s, 3)}
 
 
 def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) -> dict[int, dict]:
     """Run one configuration to completion, resuming from `out_dir/checkpoint.pt` if present.
-    Writes steps.parquet and heldout.parquet atomically at the end, then deletes the checkpoint unless
-    `keep` names versions (the caller still needs it). Returns the policy versions named in `keep`
+    Writes steps.parquet and heldout.parquet atomically at the end and leaves the checkpoint (opd.training
+    removes it once the run's final run.json is in place: a failure before that resumes from it). Returns the policy versions named in `keep`
     ({version: state dict}; version 0 is the weights before the first step, n + 1 those after step n;
     checkpointed, so a resumed run returns them too). A spec with a guard runs the mismatch guard; its state
     is checkpointed. `progress(step, steps, measurements)` is called after each step."""
@@ -362,9 +361,7 @@ def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) 
 
     # ---------------------------------------------------------------- outputs
     write_outputs(spec, state.steps_rows, state.heldout_rows, out_dir)
-    if not keep:
-        ckpt_path.unlink(missing_ok=True)
-    return state.kept
+    return state.kept  # the checkpoint stays: opd.training removes it once the run's final run.json is in place
 
 
 def clone_state(model: torch.nn.Module) -> dict:
