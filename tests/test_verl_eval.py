@@ -87,6 +87,8 @@ def test_a_runs_heldout_file_joins_its_parts_in_step_order(tmp_path):
     got = store.read_table(out, store.HELDOUT)
     assert got["step"].tolist() == [0] * 3 + [40] * 3 + [80] * 3 and set(got["run_id"]) == {"bf16.r1-7b.s0"}
     assert got.loc[got["step"] == 40, "kl"].tolist() == pytest.approx([40, 40.1, 40.2])
+    evaluate.gather_heldout([], out, run_id="x", config="x", student="s", seed=0)  # train.eval_every 0
+    assert store.read_table(out, store.HELDOUT).empty
     with pytest.raises(ValueError, match="repeat a step"):
         evaluate.gather_heldout(parts + parts[:1], out, run_id="x", config="x", student="s", seed=0)
 

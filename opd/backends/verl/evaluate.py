@@ -190,6 +190,9 @@ def gather_heldout(parts, out: Path, *, run_id: str, config: str, student: str, 
     flat = [s for ss in steps for s in ss]
     if len(flat) != len(set(flat)):
         raise ValueError(f"{out}: the held-out parts {list(map(str, parts))} repeat a step ({flat})")
+    if not frames:  # train.eval_every 0: no evaluation, an empty file of the contract
+        frames = [pd.DataFrame({c: pd.Series(dtype=float if c in ("kl", "kl_sampled", "correct") else "int64")
+                                for c in PART_COLUMNS})]
     df = (pd.concat(frames, ignore_index=True).sort_values(["step", "prompt_id"], kind="stable")
           .assign(run_id=run_id, config=config, student=student, seed=seed).reset_index(drop=True))
     store.write_table(df, out, store.HELDOUT)
