@@ -13,9 +13,10 @@ trainer).
 GPUs (`plan`): verl 0.9.1 gives the trainer, the teacher and (k > 0) the rollout engine each a Ray pool of
 whole GPUs (opd.backends.verl.layout). One GPU (`--gpus 1`, the target: one H200, both rows, evaluation and
 admission in at most 8 minutes) holds them all: the smoke's Ray cluster declares 2 GPUs that are both
-physical GPU 0 (`ray.init(num_gpus=2)`, and CUDA_VISIBLE_DEVICES=0,0 in the runtime_env of every worker:
-Ray maps a worker's GPU slot i to the i-th id it was started with, ray/_private/worker.py:1158-1163, so
-both slots' workers get CUDA_VISIBLE_DEVICES=0); the trainer pool holds the trainer and its rollout
+this process's GPU (`ray.init(num_gpus=2)`, and that one GPU's id as CUDA_VISIBLE_DEVICES in the
+runtime_env of every worker: Ray maps a worker's GPU slot i to the i-th id its workers started with and,
+for a slot beyond them, to all of them, ray/_private/worker.py:1150-1163, so both slots' workers get that
+GPU, and workers without a GPU see it as they would without the smoke); the trainer pool holds the trainer and its rollout
 replica (verl's hybrid engine; for k > 0 the fully-async trainer's hybrid replicas with no standalone
 rollout pool, async_training.use_dynamic_resource_scheduling with rollout.nnodes=0, weights synced
 in-process by verl's naive checkpoint engine: fully_async_trainer.py:148-153, 182-206), the teacher pool
@@ -55,7 +56,7 @@ ROWS = [{"name": "nvfp4-kv-l0", "weights": "nvfp4", "kv_cache": "fp8_e4m3", "bf1
 TOY_TP = 1  # 2 attention heads, 1 KV head
 
 
-SHARED_SLOTS = 2  # one GPU: Ray's GPU slots, both physical GPU 0 (trainer + its rollout; teacher)
+SHARED_SLOTS = 2  # one GPU: Ray's GPU slots, both the one GPU (trainer + its rollout; teacher)
 SHARED_MEMORY = 0.2  # one GPU: each vLLM engine's share of its memory (hybrid rollout, teacher, evaluation)
 
 
@@ -79,10 +80,13 @@ def plan(gpus: int, staleness: int) -> Layout | None:
 
 def one_gpu_overrides(staleness: int) -> list[str]:
     """What puts a row's pools on one GPU (the docstring): a fresh local Ray cluster of SHARED_SLOTS GPU slots
-    that are all GPU 0, a fifth of the GPU per engine, eager vLLM; for k > 0 the fully-async trainer's hybrid
-    rollout replicas and no standalone rollout pool (the hybrid replica's share: `command`)."""
+    that are all this process's first visible GPU (CUDA_VISIBLE_DEVICES's first entry, else GPU 0), a fifth of
+    the GPU per engine, eager vLLM; for k > 0 the fully-async trainer's hybrid rollout replicas and no
+    standalone rollout pool (the hybrid replica's share: `command`)."""
+    import os
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
     o = ["+ray_kwargs.ray_init.address=local", f"+ray_kwargs.ray_init.num_gpus={SHARED_SLOTS}",
-         f"+ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES={hydra_value(','.join(['0'] * SHARED_SLOTS))}",
+         f"+ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES={hydra_value(gpu)}",
          "actor_rollout_ref.rollout.enforce_eager=True",
          f"distillation.teacher_models.teacher_model.inference.gpu_memory_utilization={SHARED_MEMORY}"]
     if staleness:
