@@ -68,6 +68,10 @@ def test_one_spec_per_evaluated_step_and_one_for_the_students_own_evaluation(pap
     import dataclasses
     other = dataclasses.replace(dag.train_spec(paper, lr, {}), settings=paper.train.with_(lr=3e-6))
     assert dag.heldout_spec(other, 0, "R") == dag.heldout_base_spec(paper, lr.student)  # a row's lr: same step 0
+    train = dag.train_spec(paper, lr, {})
+    moved = dataclasses.replace(train, verl=train.verl.with_(layout=train.verl.layout.with_(teacher_tp=2),
+                                                             logger=("console",)))
+    assert dag.heldout_spec(moved, 40, "R") == dag.heldout_spec(train, 40, "R")  # the layout reruns no evaluation
     with pytest.raises(ValueError, match="step 0 evaluates the student"):
         dataclasses.replace(dag.heldout_base_spec(paper, lr.student), step=40)
 
