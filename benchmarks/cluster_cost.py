@@ -76,6 +76,7 @@ def attempts(work_h: float, limit_h: float, restart_h: float, keeps: bool) -> tu
     return hours, n
 
 
+OLD_EVAL_GPUS = 3  # before: the engine on GPU 0, the student and teacher scorers on GPUs 1 and 2 (issue #28)
 IDLE = "  of which GPUs idle"  # allocated GPUs with nothing to do (a part of the evaluation's row above)
 
 
@@ -109,7 +110,7 @@ def costs(e: Experiment, times: dict | None = None) -> dict:
                              f"{limit_h:.0f} h: the job never finishes")
         old["training"] += train * gpus
         old["held-out evaluation"] += (hours - train) * gpus
-        old[IDLE] += (hours - train) * (gpus - 1)
+        old[IDLE] += (hours - train) * (gpus - min(gpus, OLD_EVAL_GPUS))
         # now: the training job ends with training; one 1-GPU job per later step; step 0 once per student
         new["training"] += attempts(train, limit_h, restart, keeps=True)[0] * gpus
         new["held-out evaluation"] += sum(step_h + merge + scaled("eval_job_start_h", run.student, e, times)

@@ -216,11 +216,17 @@ def _heldout_settings(s: Settings) -> Settings:
     return Settings().with_(**{k: getattr(s, k) for k in HELDOUT_SETTINGS})
 
 
+def _heldout_verl(v: Verl) -> Verl:
+    """What the held-out evaluation reads of the verl settings: the data and the standalone engine's arguments (a
+    changed layout, logger or speculative setting reruns no evaluation)."""
+    return Verl().with_(data=v.data, engine=dict(v.engine))
+
+
 def heldout_base_spec(e: Experiment, student: str) -> HeldoutSpec:
     """The student's own held-out evaluation (step 0), shared by every run of the student: the evaluation's draw
     depends on the step alone (common random numbers across rows and seeds), and no row changes the student."""
     return HeldoutSpec(experiment=e.name, backend=e.backend, student=student, student_spec=e.students[student],
-                       settings=_heldout_settings(e.train), verl=e.verl or Verl(), step=0)
+                       settings=_heldout_settings(e.train), verl=_heldout_verl(e.verl or Verl()), step=0)
 
 
 def heldout_spec(train: TrainSpec, step: int, run_dir: str) -> HeldoutSpec:
@@ -229,7 +235,8 @@ def heldout_spec(train: TrainSpec, step: int, run_dir: str) -> HeldoutSpec:
     of that step in the run folder (plan.schedule names it) merged into `<run_dir>/hf/step_<step>`."""
     from opd.backends.verl.plan import CHECKPOINTS, schedule
     common = dict(experiment=train.experiment, backend=train.backend, student=train.student,
-                  student_spec=train.student_spec, settings=_heldout_settings(train.settings), verl=train.verl,
+                  student_spec=train.student_spec, settings=_heldout_settings(train.settings),
+                  verl=_heldout_verl(train.verl),
                   step=step)
     if step == 0:
         return HeldoutSpec(**common)

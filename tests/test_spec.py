@@ -209,7 +209,9 @@ def test_the_smoke_benchmark_builds_valid_specs(tmp_path):
     spec.loader.exec_module(smoke)
     t = smoke.train_spec(tmp_path, {"name": "k2", "staleness": 2})
     a = smoke.admission_spec(tmp_path, {"name": "nvfp4", "weights": "nvfp4"})
-    assert isinstance(a, AdmissionSpec) and t.settings.eval_steps() == [0, 2] and t.verl.data.train.endswith("train.parquet")
+    assert isinstance(a, AdmissionSpec) and t.settings.eval_steps() == [0, smoke.STEPS] and smoke.STEPS >= 3
+    assert t.verl.data.train.endswith("train.parquet")
+    assert dag.heldout_spec(t, smoke.STEPS, "r").checkpoint == f"r/verl_checkpoints/global_step_{smoke.STEPS // 2}/actor"
     assert isinstance(t.student_spec, Student) and a.settings.max_response_length == t.settings.max_response_length
 
 

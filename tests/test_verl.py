@@ -141,7 +141,8 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
     synchronous, one k = 2) either fit in verl 0.9.1's pools or are refused with the reason; what fits
     composes, passes verl's startup checks (the synchronous trainer's validate_config; the fully-async
     trainer's and rollouter's __init__ on the exported toy model and task), and fills the node's GPUs
-    with TP 1 replicas; the context fits the toy models (prompt + response = their max_position_embeddings)."""
+    with TP 1 replicas; the context fits the toy models (prompt + response = their max_position_embeddings).
+    On one GPU both rows run: Ray declares 2 GPU slots that are GPU 0, the rollout shares the trainer's."""
     from opd.backends.tiny import model as M
     smoke = load_smoke()
     student = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt")
@@ -159,10 +160,22 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
                 assert f"needs {3 if k else 2} GPUs" in str(e) and f"this node has {gpus}" in str(e)
                 continue
             fits[gpus, row["name"]] = pools = smoke.plan(gpus, k)
-            assert pools.gpus == gpus and pools.rollout_replicas == (pools.rollout or pools.trainer).gpus
+            assert pools.rollout_replicas == (pools.rollout or pools.trainer).gpus
             assert (8 * 8) % pools.trainer.gpus == 0  # the step's 64 responses split evenly over the trainer
             cfg = verl_compose(ov, entry == ASYNC_ENTRY)
-            assert cfg.trainer.total_training_steps == 2 if not k else cfg.rollout.total_rollout_steps == 16
+            if gpus == 1:  # Ray's 2 slots, both GPU 0; the k > 0 row's rollout: hybrid replicas, no pool of its own
+                assert pools.gpus == smoke.SHARED_SLOTS == cfg.ray_kwargs.ray_init.num_gpus and not pools.rollout
+                assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES == "0"
+                assert cfg.ray_kwargs.ray_init.address == "local"  # never another job's cluster
+                engines = [cfg.actor_rollout_ref.rollout.gpu_memory_utilization,
+                           cfg.distillation.teacher_models.teacher_model.inference.gpu_memory_utilization]
+                assert sum(engines) <= 0.5 and cfg.actor_rollout_ref.rollout.enforce_eager
+                if k:
+                    assert cfg.async_training.use_dynamic_resource_scheduling and cfg.rollout.nnodes == 0
+            else:
+                assert pools.gpus == gpus
+            assert cfg.trainer.total_training_steps == smoke.STEPS if not k else \
+                cfg.rollout.total_rollout_steps == smoke.STEPS * 8
             assert cfg.data.max_prompt_length + cfg.data.max_response_length <= student.cfg.max_seq_len
             if k:
                 _, rollouter_mod = async_modules()
@@ -170,13 +183,53 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
                 rollouter_mod.FullyAsyncRollouter.__ray_actor_class__(config=cfg, tokenizer=tok, device_name="cuda")
             else:
                 verl_startup_checks(cfg)
-    assert set(fits) == {(2, sync["name"]), (8, sync["name"]), (8, k2["name"])}  # 1 GPU: admission + evaluation
+    assert set(fits) == {(1, sync["name"]), (1, k2["name"]), (2, sync["name"]), (8, sync["name"]), (8, k2["name"])}
+    assert smoke.STEPS >= 3 and smoke.STEPS % k2["staleness"] == 0
     assert (fits[8, k2["name"]].trainer.gpus, fits[8, k2["name"]].rollout.gpus, fits[8, k2["name"]].teacher.gpus) == (4, 2, 2)
     # verl cannot score the toy task itself: it loads our reward function by path, as its reward loop does
     from verl.trainer.ppo.reward import get_custom_reward_fn
     fn = get_custom_reward_fn(verl_compose(smoke.command(tmp_path, sync, 2)[1], False))
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;17", ground_truth="17", extra_info={}) == 1.0
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;16", ground_truth="17", extra_info={}) == 0.0
+
+
+RAY_SLOTS = """
+import os, sys, ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+ray.init(address="local", num_gpus=2, num_cpus=1, include_dashboard=False,
+         runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": sys.argv[1]}})
+pg = placement_group([{"GPU": 1, "CPU": 0.1}] * 2)  # verl's two pools on one node: a bundle of one GPU each
+ray.get(pg.ready())
+@ray.remote(num_gpus=1, num_cpus=0.1)
+def where():
+    return os.environ["CUDA_VISIBLE_DEVICES"], ray.get_runtime_context().get_accelerator_ids()["GPU"]
+@ray.remote(num_cpus=0.1)
+def no_gpu():
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+print([ray.get(where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+       .remote()) for i in range(2)], ray.get(no_gpu.remote()))
+"""
+
+
+def test_two_ray_gpu_slots_are_one_physical_gpu_for_the_one_gpu_smoke(tmp_path):
+    """What the one-GPU smoke relies on (benchmarks/verl_smoke.py: one_gpu_overrides): a Ray cluster of 2 GPU
+    slots whose workers start with CUDA_VISIBLE_DEVICES=0 gives the worker of either slot GPU 0 (Ray maps slot i
+    to the i-th id its workers started with, and a slot beyond them to all of them), so verl's trainer and
+    teacher pools both land on it; a worker without a GPU sees it as usual (not an empty device list, which
+    a repeated id such as 0,0 would give: torch.cuda._parse_visible_devices, as CUDA reads it)."""
+    import subprocess
+    import sys
+    from opd.backends.verl import gpu
+    env = gpu.ray_env(tmp_path)  # a token of its own: nothing written to ~/.ray
+    gpu._write_ray_token(env)
+    for _ in range(2):  # Ray waits a fixed 30 s for its raylet (ray/_private/node.py:428): once more on a loaded CPU
+        r = subprocess.run([sys.executable, "-c", RAY_SLOTS, "0"], env={**__import__("os").environ, **env},
+                           capture_output=True, text=True, timeout=300)
+        if "timed out during startup" not in r.stderr:
+            break
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "[('0', ['0']), ('0', ['0'])] 0"
 
 
 def test_a_resumed_run_keeps_every_step_of_every_attempt(tmp_path, monkeypatch):

@@ -68,6 +68,10 @@ def test_one_spec_per_evaluated_step_and_one_for_the_students_own_evaluation(pap
     import dataclasses
     other = dataclasses.replace(dag.train_spec(paper, lr, {}), settings=paper.train.with_(lr=3e-6))
     assert dag.heldout_spec(other, 0, "R") == dag.heldout_base_spec(paper, lr.student)  # a row's lr: same step 0
+    train = dag.train_spec(paper, lr, {})
+    moved = dataclasses.replace(train, verl=train.verl.with_(layout=train.verl.layout.with_(teacher_tp=2),
+                                                             logger=("console",)))
+    assert dag.heldout_spec(moved, 40, "R") == dag.heldout_spec(train, 40, "R")  # the layout reruns no evaluation
     with pytest.raises(ValueError, match="step 0 evaluates the student"):
         dataclasses.replace(dag.heldout_base_spec(paper, lr.student), step=40)
 
@@ -87,6 +91,8 @@ def test_a_runs_heldout_file_joins_its_parts_in_step_order(tmp_path):
     got = store.read_table(out, store.HELDOUT)
     assert got["step"].tolist() == [0] * 3 + [40] * 3 + [80] * 3 and set(got["run_id"]) == {"bf16.r1-7b.s0"}
     assert got.loc[got["step"] == 40, "kl"].tolist() == pytest.approx([40, 40.1, 40.2])
+    evaluate.gather_heldout([], out, run_id="x", config="x", student="s", seed=0)  # train.eval_every 0
+    assert store.read_table(out, store.HELDOUT).empty
     with pytest.raises(ValueError, match="repeat a step"):
         evaluate.gather_heldout(parts + parts[:1], out, run_id="x", config="x", student="s", seed=0)
 
@@ -243,7 +249,7 @@ def test_cluster_cost_counts_the_evaluation_on_its_own_gpus(paper):
     assert sorted(set(gpus.values())) == [4, 8, 12]
     # 1 h of training, 6 steps and 5 merges of 0.5 h fit the 8-h limit: the evaluation held every GPU 5.5 h
     assert c["before"]["held-out evaluation"] == pytest.approx(5.5 * sum(gpus.values()))
-    assert c["before"][cc.IDLE] == pytest.approx(5.5 * sum(g - 1 for g in gpus.values()))
+    assert c["before"][cc.IDLE] == pytest.approx(5.5 * sum(g - 3 for g in gpus.values()))  # 3 of them worked
     assert c["before"]["training"] == c["after"]["training"] == pytest.approx(sum(gpus.values()))
     assert "eval_step_h" not in c["sources"] and "kv_case_h" in c["sources"]
     est = cc.costs(paper)

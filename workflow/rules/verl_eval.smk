@@ -54,7 +54,7 @@ rule heldout_step:
 rule heldout_gather:
     """A run's heldout.parquet (opd.store.HELDOUT) from its parts; local, seconds."""
     input:
-        parts=heldout_parts,
+        parts=heldout_parts,  # none when train.eval_every is 0: an empty file of the contract
         spec=lambda w: spec_file(run_train_spec(w.run_id)),
     output:
         f"{OUT}/runs/{{run_id}}/heldout.parquet",

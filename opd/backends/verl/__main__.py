@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     g = sub.add_parser("gather-heldout", help="a run's held-out parts -> its heldout.parquet")
     g.add_argument("--spec", type=Path, required=True, help="the run's spec (results/<exp>/_jobs/train/<run>.json)")
     g.add_argument("--out", type=Path, required=True)
-    g.add_argument("parts", type=Path, nargs="+")
+    g.add_argument("parts", type=Path, nargs="*")
     a = p.parse_args(argv)
     if a.cmd == "heldout":
         from . import evaluate

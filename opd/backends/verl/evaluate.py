@@ -109,9 +109,18 @@ def generate_heldout(spec: HeldoutSpec, model: str) -> pd.DataFrame:
                                                 max_tokens=t.max_response_length))
     rows = [{"prompt_id": pid, "prompt": list(out.prompt_token_ids), "response": list(c.token_ids), "text": c.text}
             for pid, out in enumerate(outs) for c in out.outputs]
-    del llm
-    gc.collect()  # the engine's memory goes back before the scorers load
+    close_engine(llm)  # the engine's memory goes back before the scorers load
     return pd.DataFrame(rows)
+
+
+def close_engine(llm) -> None:
+    """End a standalone vLLM engine now (its engine-core process and GPU memory), not whenever the garbage
+    collector runs its finalizer (vllm/v1/engine/core_client.py: weakref.finalize(self, engine_core.shutdown);
+    shutdown detaches it, so it runs once)."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if hasattr(core, "shutdown"):
+        core.shutdown()
+    gc.collect()
 
 
 class ScoringDevices(NamedTuple):
@@ -190,6 +199,9 @@ def gather_heldout(parts, out: Path, *, run_id: str, config: str, student: str, 
     flat = [s for ss in steps for s in ss]
     if len(flat) != len(set(flat)):
         raise ValueError(f"{out}: the held-out parts {list(map(str, parts))} repeat a step ({flat})")
+    if not frames:  # train.eval_every 0: no evaluation, an empty file of the contract
+        frames = [pd.DataFrame({c: pd.Series(dtype=float if c in ("kl", "kl_sampled", "correct") else "int64")
+                                for c in PART_COLUMNS})]
     df = (pd.concat(frames, ignore_index=True).sort_values(["step", "prompt_id"], kind="stable")
           .assign(run_id=run_id, config=config, student=student, seed=seed).reset_index(drop=True))
     store.write_table(df, out, store.HELDOUT)

@@ -158,7 +158,7 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         f"trainer.save_freq={plan.save_freq}",
         "trainer.resume_mode=auto",
         f"trainer.default_local_dir={hydra_value(os.path.join(os.path.abspath(run_dir), CHECKPOINTS))}",
-        # verl's own validation is off: the held-out evaluation (gpu.heldout_eval) is the measurement
+        # verl's own validation is off: the held-out evaluation (opd.backends.verl.evaluate) is the measurement
         "trainer.val_before_train=False",
         f"trainer.logger={hydra_value(loggers(v))}",
         # the file logger lives in a Ray actor (trainer_base.py:423, fully_async_trainer.py:128 -> tracking.py:534),
