@@ -141,3 +141,68 @@ def test_two_jobs_ray_on_one_node_run_and_stop_apart(tmp_path):
     finally:
         for cluster, *_ in jobs.values():
             gpu.stop_ray(cluster)
+
+
+FP8_ROW = {"name": "fp8-w8a8", "weights": "fp8_block", "activations": "fp8_group128"}
+
+
+def test_an_fp8_rows_admission_engine_gets_its_weights_as_verls_weight_sync(tmp_path, monkeypatch):
+    """vLLM's FP8 method assumes an FP8 checkpoint: started on the BF16 checkpoint with quantization set, it
+    would cast the BF16 values into FP8 parameters and keep the block scales' initial values. The admission
+    check's candidate engine for the native FP8 row starts on dummy weights (as verl's rollout does) and the
+    student's BF16 checkpoint reaches verl's own `_update_weights` (which quantizes each tensor as it loads it),
+    every tensor exactly as saved; the BF16 reference engine loads the checkpoint itself."""
+    import types
+
+    import torch
+
+    from opd.backends.tiny.model import export_hf
+    from opd.backends.verl import hook
+    from opd.spec import AdmissionSpec
+    from test_verl import LoadRecorder, tiny_model
+    m = tiny_model(layers=2)
+    export_hf(m, tmp_path / "student")
+    engines = []
+
+    class FakeLLM:  # vLLM's LLM as _candidate_samples and offline_logratios use it; the worker is the real hook
+        def __init__(self, model, **kw):
+            self.kw, self.rpc = kw, []
+            self.worker = type("Worker", (hook.WeightNumerics, LoadRecorder), {})()
+            self.worker.vllm_config = types.SimpleNamespace(additional_config={}, model_config=types.SimpleNamespace(
+                model=model, hf_config=types.SimpleNamespace(num_hidden_layers=2)))
+            self.model_config = types.SimpleNamespace(max_model_len=64)
+            engines.append(self)
+
+        def collective_rpc(self, method, args=()):
+            self.rpc.append(method)
+            return [getattr(self.worker, method)(*args)]
+
+        def get_tokenizer(self):
+            return None  # prompt_ids is replaced below
+
+        def generate(self, prompts, sp):
+            raise StopIteration  # the engines' set-up is what this test checks
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = FakeLLM, lambda **kw: kw
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict
+    quant_utils = types.ModuleType("verl.utils.vllm.vllm_quant_utils")
+    quant_utils.apply_vllm_quant_patches = lambda: None
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    monkeypatch.setitem(sys.modules, "verl.utils.vllm.vllm_quant_utils", quant_utils)
+    monkeypatch.setattr(gpu, "prompt_ids", lambda tok, m: [1, 2, 3])
+    spec = AdmissionSpec.of({"experiment": "paper", "backend": "verl", "student": "s", "row": FP8_ROW, "prompts": 1,
+                             "responses": 1, "seed": 0, "task_seed": 0, "student_path": None, "teacher_path": None,
+                             "student_spec": {"model": str(tmp_path / "student"), "teacher": "t", "layers": 2},
+                             "settings": {"max_response_length": 40}, "verl": {"data": {"train": "x", "heldout": ["y"]}}})
+    with pytest.raises(StopIteration):
+        gpu._candidate_samples(spec, spec.row, [[{"role": "user", "content": "1+1"}]])
+    cand = engines[0]
+    assert cand.kw["quantization"] == "fp8" and cand.kw["load_format"] == "dummy"
+    assert cand.rpc == ["sync_checkpoint"]
+    assert cand.worker.loaded.keys() == m.state_dict().keys()
+    assert all(torch.equal(cand.worker.loaded[k], v) for k, v in m.state_dict().items())
+    # without verl's extension (vLLM's CPU environment) the FP8 path says what it needs
+    with pytest.raises(RuntimeError, match="verl's vLLM worker extension"):
+        hook.WeightNumerics().sync_checkpoint(str(tmp_path / "student"))
