@@ -44,7 +44,7 @@ from opd.backends.tiny.task import (  # the toy models' context is exactly their
     PROMPT_LEN,
     RESPONSE_LEN,
 )
-from opd.backends.verl import logparse, reward
+from opd.backends.verl import logparse
 from opd.backends.verl.data import toy_task
 from opd.backends.verl.layout import Layout, Pool
 from opd.backends.verl.overrides import entry_point, hydra_value, overrides
@@ -99,11 +99,13 @@ STEPS = 4  # >= 3, and a multiple of the k = 2 row's staleness (its trainer chec
 
 def experiment(out: Path, steps: int = STEPS, gpus: int = 2) -> dict:
     """The smoke run's experiment, in config.yaml's shape: `steps` steps, a checkpoint and an evaluation at
-    the last and at step 0."""
+    the last and at step 0. Responses stop one token short of the toy models' 51 positions (11 + 40): the
+    teacher engine's context is prompt + response + 1 (the token vLLM must generate; the longest toy solution
+    is 36 tokens)."""
     return {
         "students": {"toy": {"model": str(out / "student"), "teacher": str(out / "teacher"), "layers": 2}},
         "train": {"steps": steps, "prompts_per_step": 8, "responses_per_prompt": 8, "lr": 1e-5, "temperature": 1.0,
-                  "max_prompt_length": PROMPT_LEN, "max_response_length": RESPONSE_LEN, "eval_every": steps,
+                  "max_prompt_length": PROMPT_LEN, "max_response_length": RESPONSE_LEN - 1, "eval_every": steps,
                   "eval_responses": 4, "checkpoint_every": steps},
         "verl": {"data": {"train": str(out / "train.parquet"), "heldout": [str(out / "heldout.parquet")]},
                  "engine": {"gpu_memory_utilization": SHARED_MEMORY if gpus == 1 else 0.3, "enforce_eager": True}}}
@@ -123,10 +125,7 @@ def command(out: Path, row: dict, gpus: int) -> tuple[str, list[str]]:
     args = overrides(row, e["students"]["toy"], e["train"], e["verl"], student="toy", seed=0, run_dir=str(run_dir),
                      pools=pools, log_path=str(logparse.attempt_log(run_dir)))
     args += [f"actor_rollout_ref.rollout.gpu_memory_utilization={SHARED_MEMORY if gpus == 1 else 0.3}",
-             "actor_rollout_ref.model.trust_remote_code=False",
-             # verl scores every batch; its own scorer does not know the toy task
-             f"reward.custom_reward_function.path={hydra_value(reward.__file__)}",
-             "reward.custom_reward_function.name=compute_score"]
+             "actor_rollout_ref.model.trust_remote_code=False"]
     if gpus == 1:
         args += one_gpu_overrides(k)
     return entry_point(row), args

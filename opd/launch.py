@@ -36,7 +36,26 @@ class CheckpointableTrain(submitit.helpers.Checkpointable):
         env = submitit.JobEnvironment()
         if env.global_rank != 0:
             return training.train_worker(spec, run_dir)
+        clear_earlier_results(env.paths.folder, str(env.job_id), env.num_tasks)
         return training.train(spec, run_dir, "slurm", [str(env.job_id)])
+
+
+def clear_earlier_results(folder: Path, job_id: str, num_tasks: int) -> list[Path]:
+    """Remove every task's result file of an earlier attempt of this job (the removed paths). A job Slurm
+    requeued after a node failed keeps its id, and submitit deletes no result file on a requeue: task 0's
+    error of the failed attempt (written when Ray noticed the lost node: submitit/core/submission.py:58-65)
+    would otherwise stand beside the new attempt's worker results, and submit_and_wait would re-raise it
+    while the new attempt still runs. Task 0 calls it first: no task of this attempt writes a result before
+    it (the workers wait for task 0's Ray head, and their results follow its end)."""
+    gone = []
+    for task in range(num_tasks):
+        path = submitit.core.utils.JobPaths(folder, job_id, task).result_pickle
+        if path.exists():
+            path.unlink(missing_ok=True)
+            gone.append(path)
+    if gone:
+        print(f"job {job_id}: removed {len(gone)} result file(s) of an earlier attempt", flush=True)
+    return gone
 
 
 def train_shape(spec: TrainSpec, slurm: Slurm) -> Slurm:
@@ -93,6 +112,8 @@ def executor(folder: Path, slurm: Slurm, name: str) -> submitit.AutoExecutor:
               "cpus_per_task": slurm.cpus_per_task, "mem_gb": slurm.mem_gb, "slurm_setup": list(slurm.setup)}
     if slurm.gpus_per_node:
         params["gpus_per_node"] = slurm.gpus_per_node
+    if slurm.exclusive:
+        params["slurm_exclusive"] = True
     if slurm.signal_delay_s is not None:  # Slurm's USR2 this long before the time limit (submitit's default: 90 s)
         params["slurm_signal_delay_s"] = int(slurm.signal_delay_s)
     for key in ("partition", "account", "qos"):

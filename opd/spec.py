@@ -252,6 +252,7 @@ class Slurm(Written):
     nodes: int = 1
     tasks_per_node: int = 1
     gpus_per_node: int = 0
+    exclusive: bool = False  # whole nodes, shared with no other job (a verl training job's layout sets it)
     cpus_per_task: int = 1
     mem_gb: float = 4
     time_min: int = 60
@@ -323,6 +324,7 @@ class Verl(Written):
     speculative: Speculative | None = None
     layout: LayoutSettings = LayoutSettings()
     engine: dict = field(default_factory=dict)
+    attention: str = "sdpa"  # the actor's attn_implementation in transformers (flash_attention_2: flash-attn installed)
     logger: tuple[str, ...] = ("console", "file")  # verl's trainer.logger (file always: opd.backends.verl.logparse)
     extra_overrides: tuple[str, ...] = ()  # more Hydra overrides, validated (opd.backends.verl.overrides)
     NESTED = {"data": VerlData, "speculative": Speculative, "layout": LayoutSettings}

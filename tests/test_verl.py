@@ -582,22 +582,20 @@ def test_fully_async_trainer_and_rollouter_accept_the_k_rows(paper, toy_verl_dat
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
-    """A Ray cluster on this machine, started the way a multi-node training job's head starts it
-    (gpu.start_ray_head: `ray start --head` with the job's token settings, gpu.ray_env), on a free port;
-    stopped at the end. Yields (address, the Ray settings every process of the job gets)."""
+    """A Ray cluster on this machine, started the way a training job's head starts it (gpu.start_ray_head:
+    `ray start --head` with the job's token settings, gpu.ray_env, its own ports and temp dir: gpu.ray_cluster,
+    here outside Slurm); stopped at the end (gpu.stop_ray: that cluster's processes only). Yields (address,
+    the Ray settings every process of the job gets)."""
     import socket
     from opd.backends.verl import gpu
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
     env = gpu.ray_env(tmp_path_factory.mktemp("ray-run"))
+    cluster = gpu.ray_cluster()
     try:
-        address = gpu.start_ray_head(nodes=1, head=socket.gethostbyname(socket.gethostname()), env=env, port=port,
-                                     timeout_s=60)
+        address = gpu.start_ray_head(nodes=1, head=socket.gethostbyname(socket.gethostname()), env=env,
+                                     cluster=cluster, timeout_s=60)
         yield address, env
     finally:
-        gpu.stop_ray()
+        gpu.stop_ray(cluster)
 
 
 # verl's driver as train_run starts it (its own process, the job's Ray settings and RAY_ADDRESS in its

@@ -152,12 +152,22 @@ json.dump(res, open(out, "w"))
 """
 
 
+# How far a reloaded engine's log-probabilities may sit from a fresh engine's: vLLM's CPU numerics across kernel
+# paths, far below what a stale prefix cache does. Measured on these 16 prompts x 4 tokens (issue 28, finding 10):
+# on AVX2 (oneDNN GEMMs) the reloaded and the fresh engine agree to the bit (also with max_num_seqs 1 and
+# ONEDNN_MAX_CPU_ISA=SSE41); on AVX-512 with AMX (vLLM's AMX GEMM kernels, vllm/model_executor/layers/utils.py:
+# check_cpu_sgl_kernel) they differ by up to 1.4e-4 with the same tokens, as reported there; a stale cache (the
+# hook's reload alone) moves them by 4.1e-3 on AVX2. 1e-3: 7x the largest numerical difference seen, 4x below
+# the stale cache's.
+RELOAD_ATOL = 1e-3
+
+
 def test_a_reloaded_engine_samples_like_a_fresh_engine_on_that_checkpoint(toy, vllm_python, tmp_path):
     """The held-out evaluation's engine after loading a later checkpoint (gpu.load_weights) gives the same
-    tokens and log-probabilities as an engine started from that checkpoint. The prompts are the toy
-    problems with the start of their solutions, 36 tokens, so each fills a 32-token KV block that vLLM's
-    prefix cache keeps; reloading the weights without dropping the cache (the hook's reload alone) reuses
-    the blocks the old weights computed, and differs (finding 6 of issue 18, observed)."""
+    tokens and log-probabilities (within RELOAD_ATOL) as an engine started from that checkpoint. The prompts
+    are the toy problems with the start of their solutions, 36 tokens, so each fills a 32-token KV block that
+    vLLM's prefix cache keeps; reloading the weights without dropping the cache (the hook's reload alone)
+    reuses the blocks the old weights computed, and differs by more (finding 6 of issue 18, observed)."""
     from opd.backends.tiny.task import encode, solution
     held = problems_of(toy["data"]["heldout"])
     long = [i for i in range(len(held)) if len(encode(solution(held.operands[i]))) >= 25][:16]
@@ -173,7 +183,8 @@ def test_a_reloaded_engine_samples_like_a_fresh_engine_on_that_checkpoint(toy, v
         run_in_vllm(vllm_python, "-c", RELOAD, str(spec), str(ckpt), str(out), mode, cwd=ROOT)
         got.update(json.loads(out.read_text()))
     assert [t for t, _ in got["reset"]] == [t for t, _ in got["fresh"]]
-    assert np.allclose([lp for _, l in got["reset"] for lp in l], [lp for _, l in got["fresh"] for lp in l], atol=1e-5)
+    reset, fresh = ([lp for _, l in got[k] for lp in l] for k in ("reset", "fresh"))
+    assert np.abs(np.subtract(reset, fresh)).max() < RELOAD_ATOL
     kept = [lp for _, l in got["kept"] for lp in l]
-    fresh = [lp for _, l in got["fresh"] for lp in l]
-    assert len(kept) != len(fresh) or not np.allclose(kept, fresh, atol=1e-3), "the prefix cache was not reused"
+    assert len(kept) != len(fresh) or np.abs(np.subtract(kept, fresh)).max() > RELOAD_ATOL, \
+        "the prefix cache was not reused (or the bound no longer separates it from the engine's numerics)"

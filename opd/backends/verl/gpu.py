@@ -5,6 +5,7 @@ model's OPD steps end to end on one GPU."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import socket
 import subprocess
@@ -23,11 +24,8 @@ from opd.spec import AdmissionSpec, KVAttributionSpec, TrainSpec, Verl
 from . import logparse
 from .layout import layout as layout_of
 from .hook import GUARD_LOG
-from .overrides import HOOK, entry_point, overrides, vllm_kv_args, weight_numerics
+from .overrides import HOOK, entry_point, overrides, runtime_modules, vllm_kv_args, weight_numerics
 from .plan import native_engine_args
-
-RAY_PORT = 6379
-
 
 def _read_parquets(paths) -> pd.DataFrame:
     paths = [paths] if isinstance(paths, (str, Path)) else paths
@@ -90,14 +88,47 @@ def _alive_nodes(address: str, env: dict) -> int:
     return int(r.stdout.split()[-1])
 
 
-def start_ray_head(nodes: int, head: str, env: dict, port: int = RAY_PORT, timeout_s: float = 600) -> str:
-    """Start Ray's head on this node with a fresh token (`env`: ray_env) and wait until `nodes` nodes (this
-    one included) have joined; returns the cluster's address, which verl's `ray.init` reads from RAY_ADDRESS
-    (Ray's own variable)."""
+class RayCluster(NamedTuple):
+    """A job's own Ray cluster: its head's port (and the ports after it) and a node-local temp dir of its own.
+    Two jobs on one node (an 8-GPU node holding two 4-GPU runs, or a job after a crashed one) would otherwise
+    meet: every head on port 6379 and its dashboard agent on 52365, one /tmp/ray whose ray_current_cluster file
+    an address-less `ray.init()` attaches to (ray/_private/services.py:413-453), and `ray stop`, which ends
+    every Ray process of the user on the node (ray/scripts/scripts.py stop())."""
+    port: int
+    temp_dir: str
+
+    def ports(self) -> list[str]:
+        """`ray start`'s per-node port options (the head also takes --port and the client server's)."""
+        return [f"--dashboard-agent-listen-port={self.port + 3}", f"--dashboard-agent-grpc-port={self.port + 4}",
+                f"--temp-dir={self.temp_dir}"]
+
+
+RAY_PORTS = range(20000, 30000, 5)  # five ports a job: above Ray's worker ports (10002-19999), below Linux's ephemeral
+
+
+def ray_cluster(job_id: str | None = None) -> RayCluster:
+    """The job's Ray cluster: from the Slurm job id (every task of the job derives the same; two jobs on one
+    node differ unless their ids differ by a multiple of 2,000), else a free port and a temp dir of this
+    process's (a run outside Slurm)."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if job_id is None:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return RayCluster(port, f"/tmp/opd-ray-p{os.getpid()}")
+    digits = int("".join(c for c in str(job_id) if c.isdigit()) or 0)
+    return RayCluster(RAY_PORTS[digits % len(RAY_PORTS)], f"/tmp/opd-ray-{job_id}")  # short: Ray's sockets live in it
+
+
+def start_ray_head(nodes: int, head: str, env: dict, cluster: RayCluster, timeout_s: float = 600) -> str:
+    """Start the job's Ray head on this node (`cluster`: its port and temp dir) with a fresh token (`env`:
+    ray_env) and wait until `nodes` nodes (this one included) have joined; returns the cluster's address,
+    which verl's `ray.init` reads from RAY_ADDRESS (Ray's own variable): never an address-less init."""
     _write_ray_token(env)
-    subprocess.run(["ray", "start", "--head", f"--port={port}", "--disable-usage-stats"], check=True,
-                   env={**os.environ, **env})
-    address = f"{head}:{port}"
+    subprocess.run(["ray", "start", "--head", f"--port={cluster.port}", f"--ray-client-server-port={cluster.port + 1}",
+                    "--include-dashboard=false", f"--dashboard-port={cluster.port + 2}", *cluster.ports(),
+                    "--disable-usage-stats"], check=True, env={**os.environ, **env})
+    address = f"{head}:{cluster.port}"
     deadline = time.monotonic() + timeout_s
     while (alive := _alive_nodes(address, env)) < nodes:
         if time.monotonic() > deadline:
@@ -106,20 +137,43 @@ def start_ray_head(nodes: int, head: str, env: dict, port: int = RAY_PORT, timeo
     return address
 
 
-def stop_ray() -> None:
-    subprocess.run(["ray", "stop"], check=False)
+def stop_ray(cluster: RayCluster, grace_s: float = 16) -> int:
+    """Stop this node's processes of the job's Ray cluster, and no other Ray: every process whose command line
+    names the cluster's temp dir (Ray's head, raylet, agents and log monitor all do; the workers end with
+    their raylet); SIGTERM, then SIGKILL after `grace_s` as `ray stop` does. Returns how many it stopped."""
+    import psutil
+    procs = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if p.info["pid"] != os.getpid() and any(cluster.temp_dir in a for a in p.info["cmdline"] or ()):
+            procs.append(p)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return len(procs)
 
 
-def _ray_worker(head: str, env: dict) -> None:
+def _ray_worker(head: str, env: dict, cluster: RayCluster) -> None:
     """Join the head's Ray cluster (waiting for it to start) and block until the head stops Ray."""
-    wait_for_port(head, RAY_PORT, timeout_s=600)
-    subprocess.run(["ray", "start", f"--address={head}:{RAY_PORT}", "--block"], check=False, env={**os.environ, **env})
+    wait_for_port(head, cluster.port, timeout_s=600)
+    try:
+        subprocess.run(["ray", "start", f"--address={head}:{cluster.port}", *cluster.ports(), "--block"], check=False,
+                       env={**os.environ, **env})
+    finally:
+        stop_ray(cluster)  # whatever of this node's part outlived the head
 
 
 def train_worker(spec: TrainSpec, run_dir: Path) -> None:
     """Tasks 1, 2, ... of a multi-node run (one per node): lend this node's GPUs to task 0's Ray cluster
     until task 0 stops it. Writes nothing."""
-    _ray_worker(_allocation().head, ray_env(run_dir))
+    _ray_worker(_allocation().head, ray_env(run_dir), ray_cluster())
 
 
 def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
@@ -128,6 +182,9 @@ def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     spec = TrainSpec.of(spec)
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
     row, student, seed = spec.row, spec.student, spec.seed
+    missing = {m: why for m, why in runtime_modules(row, spec.verl).items() if importlib.util.find_spec(m) is None}
+    if missing:  # before Ray and verl start: verl would fail minutes later, with its GPUs allocated
+        raise RuntimeError(f"{spec.run_id}: this Python lacks " + "; ".join(f"{m} ({why})" for m, why in missing.items()))
     nodes, head = _allocation()
     need = layout_of(spec.verl, row).slurm()["nodes"]
     if "SLURM_JOB_NODELIST" in os.environ and nodes != need:
@@ -139,15 +196,14 @@ def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     # a held-out file of earlier weights is not this training's: run.json must not record it (the evaluation
     # jobs write the run's heldout.parquet after the training; evaluate.gather_heldout)
     (run_dir / "heldout.parquet").unlink(missing_ok=True)
-    env = dict(os.environ)
+    # the job's own Ray cluster, also on one node, and verl's driver joins it by address
+    cluster = ray_cluster()
+    env = {**os.environ, **ray_env(run_dir)}
     try:
-        if nodes > 1:
-            env.update(ray_env(run_dir))
-            env["RAY_ADDRESS"] = start_ray_head(nodes, head, ray_env(run_dir))
+        env["RAY_ADDRESS"] = start_ray_head(nodes, head, ray_env(run_dir), cluster)
         subprocess.run([sys.executable, "-m", entry_point(row), *args], check=True, env=env, cwd=run_dir)
-    finally:
-        if nodes > 1:  # also when verl fails: the workers' `ray start --block` returns, so their tasks end
-            stop_ray()
+    finally:  # also when verl fails: the workers' `ray start --block` returns, so their tasks end
+        stop_ray(cluster)
     t = spec.settings
     logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec.run_id,
                          config=row.name, student=student, seed=seed,
@@ -219,7 +275,9 @@ def _candidate_samples(spec: AdmissionSpec | KVAttributionSpec, row: Row,
         apply_vllm_quant_patches()
     cand = LLM(s.model, worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl), **vllm_kv_args(row, s.layers),
                **native)
-    if numerics:
+    if native:  # started on dummy weights: the BF16 checkpoint arrives as verl's weight sync, quantized on load
+        cand.collective_rpc("sync_checkpoint", args=(None, numerics or {}))
+    elif numerics:
         cand.collective_rpc("reload_checkpoint", args=(None, numerics))
     tok = cand.get_tokenizer()
     prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, m)) for m in messages]

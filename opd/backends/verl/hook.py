@@ -177,3 +177,23 @@ class WeightNumerics(_verl_extension()):
         if numerics:
             weights = transform_weights(weights, numerics, self._opd_layers())
         self.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+
+    def sync_checkpoint(self, model_dir: str | None = None, numerics: dict | None = None) -> None:
+        """Load a BF16 checkpoint folder's weights the way verl's rollout gets the trainer's: as one weight sync
+        through verl's `_update_weights`, which for an FP8 engine quantizes every tensor as it loads it
+        (workers/rollout/vllm_rollout/utils.py:390-393 -> utils/vllm/vllm_quant_utils.py:439-482: block FP8
+        values and their scales). A native FP8 row's standalone engine starts on `load_format: dummy`, as verl's
+        rollout does (rollout/rollout.yaml:100), and gets its weights here: loading the BF16 checkpoint itself
+        with quantization set would cast the values into FP8 parameters and leave the block scales at their
+        initial values (vLLM's Fp8 method assumes an FP8 checkpoint: quantization/fp8.py:119-124, 161-162).
+        `numerics` as in reload_checkpoint. Called as `llm.collective_rpc("sync_checkpoint", args=(...))`."""
+        if not hasattr(super(), "_update_weights"):
+            raise RuntimeError("sync_checkpoint needs verl's vLLM worker extension: verl and vLLM in this Python "
+                               "(the cluster extra)")
+        numerics = numerics if numerics is not None else self._opd_numerics()
+        mc, lc = self.vllm_config.model_config, getattr(self.vllm_config, "load_config", None)
+        folder = model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None), getattr(lc, "download_dir", None))
+        weights = checkpoint_weights(folder)
+        if numerics:
+            weights = transform_weights(weights, numerics, self._opd_layers())
+        super()._update_weights(list(weights), peft_config=None, base_sync_done=False)

@@ -89,8 +89,11 @@ class Layout:
         per_node = {p.gpus_per_node for p in self.pools.values()}
         if len(per_node) != 1:
             raise ValueError(f"pools with different GPUs per node {sorted(per_node)} do not make whole Slurm nodes")
+        # exclusive: verl's weight-sync sockets are /tmp/rl-colocate-zmq-<Ray job id>-... on every node
+        # (workers/rollout/vllm_rollout/vllm_rollout.py:139-141), and the Ray job id starts at the same value in
+        # every Ray cluster, so two runs on one node would bind each other's sockets
         return {"nodes": sum(p.nnodes for p in self.pools.values()), "gpus_per_node": per_node.pop(),
-                "tasks_per_node": 1}
+                "tasks_per_node": 1, "exclusive": True}
 
 
 def layout(verl: Verl | dict, row: Row | dict) -> Layout:

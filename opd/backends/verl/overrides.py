@@ -47,6 +47,7 @@ from .plan import CHECKPOINTS, native_quantization, schedule
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
 HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension applying weight numerics
+REWARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reward.py")  # verl loads it by path
 
 
 def hydra_value(v) -> str:
@@ -73,6 +74,39 @@ def hydra_value(v) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     raise TypeError(f"no Hydra override form for {type(v).__name__} {v!r}")
+
+
+def teacher_context(settings: Settings) -> int:
+    """The teacher engine's max_model_len: the student's prompt and response and the one token vLLM generates."""
+    t = Settings.of(settings)
+    return t.max_prompt_length + t.max_response_length + 1
+
+
+def optimizer_overrides() -> list[str]:
+    """verl's AdamW set to the tiny trainer's (opd.backends.tiny.trainer: weight_decay 0, no clipping)."""
+    return ["actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.optim.clip_grad=inf"]
+
+
+# Where verl's fully-async trainer (k > 0) syncs weights: its NCCL checkpoint engine
+# (experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml:83), whose module imports cupy at import time
+# (checkpoint_engine/nccl_checkpoint_engine.py:23); without cupy verl only says "nccl not registered"
+# (checkpoint_engine/base.py:93-98). The synchronous trainer's colocated engine (`naive`) needs nothing more.
+ATTENTION_MODULES = {"sdpa": (), "flash_attention_2": ("flash_attn",)}
+ASYNC_SYNC_MODULES = ("cupy",)
+
+
+def runtime_modules(row: Row | dict, verl: Verl | dict) -> dict[str, str]:
+    """The modules verl imports only when a run's settings select them, each with the setting that does and how
+    to install it: a run checks them before it starts Ray (gpu.train_run), tests/test_cluster_install.py checks
+    the cluster install brings them."""
+    v, k = Verl.of(verl), Row.of(row).staleness
+    out = {m: f"verl.attention is {v.attention!r}: transformers needs the flash-attn package (no wheel on PyPI: "
+              f"docs/cluster.md, \"Install\"), or set verl.attention: sdpa" for m in ATTENTION_MODULES[v.attention]}
+    if k > 0:
+        out.update({m: f"staleness {k}: verl's fully-async trainer syncs weights with its NCCL checkpoint engine, "
+                       f"which imports {m} (the cluster extra's cupy-cuda13x: pip install -e '.[cluster]')"
+                    for m in ASYNC_SYNC_MODULES})
+    return out
 
 
 def entry_point(row: dict) -> str:
@@ -137,6 +171,11 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
         f"actor_rollout_ref.actor.optim.lr_scheduler_type={hydra_value(t.lr_schedule)}",
         "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
+        # the tiny trainer's AdamW: no weight decay, no gradient clipping (verl's defaults are 0.01 and a norm of
+        # 1.0: trainer/config/_generated_ppo_trainer.yaml:15, 20; clipping would cap exactly the gradient spikes of
+        # high-mismatch rows the experiment measures). clip_grad=inf: torch's clip_grad_norm_ with max_norm inf
+        # scales by min(1, inf / norm) = 1 and still returns the norm verl logs as actor/grad_norm
+        *optimizer_overrides(),
         # one mini-batch per step: one optimizer update per batch of prompts_per_step prompts (for k > 0 also
         # the fully-async trainer's batch, required_samples = ppo_mini_batch_size: fully_async_trainer.py:159)
         f"actor_rollout_ref.actor.ppo_mini_batch_size={hydra_value(t.prompts_per_step)}",
@@ -154,6 +193,12 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         f"{rollout}.n={hydra_value(t.responses_per_prompt)}",
         f"{rollout}.temperature={hydra_value(t.temperature)}",
         f"{rollout}.calculate_log_probs=True",
+        # the actor's attention in transformers (verl asks for flash_attention_2 unless told: workers/config/
+        # model.py:185, and transformers raises ImportError without the flash-attn package): `verl.attention`
+        f"+actor_rollout_ref.model.override_config.attn_implementation={hydra_value(v.attention)}",
+        # the project's scorer for every data source: 1 for a right answer, 0 otherwise (verl's math_dapo scorer
+        # gives +-1, which made reward_mean 2 x accuracy - 1); GRPO's per-group standardisation is unchanged by it
+        f"reward.custom_reward_function.path={hydra_value(REWARD)}", "reward.custom_reward_function.name=compute_score",
         "algorithm.rollout_correction.bypass_mode=False",  # decoupled: the trainer recomputes log p_old
         f"trainer.save_freq={plan.save_freq}",
         "trainer.resume_mode=auto",
@@ -193,6 +238,10 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
             "distillation.distillation_loss.use_policy_gradient=True",
             "distillation.distillation_loss.use_task_rewards=False",
             f"distillation.teacher_models.teacher_model.model_path={hydra_value(s.teacher)}",
+            # the teacher scores prompt + response and must have room for the one token vLLM generates
+            # (vllm_async_server.py:593-599); left unset it is the model's max_position_embeddings
+            # (:1104-1105), and verl's own check of the room is skipped (workers/config/distillation.py:178)
+            f"distillation.teacher_models.teacher_model.inference.max_model_len={teacher_context(t)}",
             "distillation.teacher_models.teacher_model.key=math",
             "distillation.teacher_key=opd_teacher_key",
             "algorithm.adv_estimator=grpo",  # no task reward: the distillation term is the whole signal

@@ -83,7 +83,8 @@ def native_engine_args(row: dict | Row, n_layers: int) -> dict:
         return {}
     if q != "fp8":
         raise ValueError(f"no engine arguments known for rollout.quantization={q!r}")
-    return {"quantization": q, "hf_overrides": {"quantization_config": {
+    # load_format dummy: the weights come through verl's weight sync, which quantizes them (hook.sync_checkpoint)
+    return {"quantization": q, "load_format": "dummy", "hf_overrides": {"quantization_config": {
         "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128],
         "ignored_layers": [f"model.layers.{i}.mlp.gate" for i in range(n_layers)]}}}
 

@@ -1,0 +1,208 @@
+"""What a paper run on a GPU cluster meets before its first step (issue 28): its own Ray cluster beside other jobs
+on the node, a requeued job's stale result files, verl's optimizer and teacher context, the reward's scale."""
+import os
+import pickle
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from opd import config as C
+from opd.backends.verl import gpu, reward
+from opd.backends.verl import overrides as O
+from test_verl import verl_compose
+
+
+def composed_paper_runs():
+    cfg = C.load()
+    runs = C.runs(cfg, "paper")
+    for run in (next(r for r in runs if r.row.staleness == 0), next(r for r in runs if r.row.staleness > 0)):
+        yield run, verl_compose(O.run_overrides(cfg, run, run_dir=f"runs/{run.run_id}"),
+                                O.entry_point(run.row) == O.ASYNC_ENTRY)
+
+
+def test_verls_optimizer_is_the_tiny_trainers_adamw_without_decay_or_clipping():
+    """verl's defaults (weight decay 0.01, gradients clipped at norm 1.0) would differ silently from the tiny
+    backend's AdamW, and clipping caps exactly the gradient spikes of high-mismatch rows."""
+    import torch
+    for run, cfg in composed_paper_runs():
+        optim = cfg.actor_rollout_ref.actor.optim
+        assert optim.optimizer == "AdamW" and optim.lr == 1e-6, run.run_id
+        assert optim.weight_decay == 0.0 and optim.clip_grad == float("inf"), run.run_id
+    # verl's optimizer step with clip_grad inf (torch's clip_grad_norm_, as verl's FSDP engine calls it):
+    # the gradient is unchanged and its norm still reported
+    p = torch.nn.Parameter(torch.zeros(3))
+    p.grad = torch.tensor([30.0, 40.0, 0.0])
+    assert float(torch.nn.utils.clip_grad_norm_([p], max_norm=float("inf"))) == 50.0
+    assert p.grad.tolist() == [30.0, 40.0, 0.0]
+
+
+def test_the_teacher_has_room_for_the_whole_response_and_one_token():
+    """The teacher scores prompt + response and vLLM must still generate one token (vllm_async_server.py:593-599);
+    left unset, its max_model_len is the model's context, which the toy's is exactly (11 + 40 tokens)."""
+    for run, cfg in composed_paper_runs():
+        teacher = cfg.distillation.teacher_models.teacher_model.inference
+        assert teacher.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length + 1, run.run_id
+    assert O.teacher_context({"max_prompt_length": 11, "max_response_length": 40}) == 52
+
+
+def test_reward_mean_is_the_fraction_of_right_answers_for_verls_math_scorer():
+    """verl's math_dapo scorer (the paper's data) returns +1 / -1: the project's reward function gives 1 / 0, so
+    reward_mean (critic/score/mean) is the accuracy, as in the tiny backend; every run uses it."""
+    assert reward.compute_score("math_dapo", "so the answer is \\boxed{7}", "7") == 1.0
+    assert reward.compute_score("math_dapo", "so the answer is \\boxed{8}", "7") == 0.0
+    assert reward.compute_score("opd-toy", "3+5=8,8+9=17;17", "17") == 1.0
+    for run, cfg in composed_paper_runs():
+        assert cfg.reward.custom_reward_function.path == O.REWARD and os.path.exists(O.REWARD), run.run_id
+        assert cfg.reward.custom_reward_function.name == "compute_score"
+
+
+def test_a_requeued_jobs_first_task_clears_the_earlier_attempts_results(tmp_path, monkeypatch):
+    """After a node failure Slurm requeues the job under its id and submitit deletes no result file: task 0's
+    error of the failed attempt would stand beside the new attempt's worker results, and the waiting rule would
+    re-raise it while task 0 still trains. Task 0 of the new attempt removes them before it starts the run."""
+    import submitit
+
+    from opd import launch
+    folder = tmp_path / "slurm"
+    folder.mkdir()
+    paths = [submitit.core.utils.JobPaths(folder, "4242", t).result_pickle for t in range(3)]
+    paths[0].write_bytes(pickle.dumps(("error", "Traceback: a Ray node died")))
+    paths[1].write_bytes(pickle.dumps(("success", None)))
+    other = submitit.core.utils.JobPaths(folder, "4243", 0).result_pickle  # another job's: kept
+    other.write_bytes(pickle.dumps(("success", {})))
+    seen = {}
+
+    def train(spec, run_dir, launcher, job_ids):
+        seen["stale"] = [p.name for p in paths if p.exists()]
+        return {"ok": True}
+    env = type("Env", (), {"global_rank": 0, "job_id": "4242", "num_tasks": 3,
+                           "paths": submitit.core.utils.JobPaths(folder, "4242", 0)})()
+    monkeypatch.setattr(submitit, "JobEnvironment", lambda: env)
+    monkeypatch.setattr(launch.training, "train", train)
+    assert launch.CheckpointableTrain()(None, str(tmp_path)) == {"ok": True}
+    assert seen["stale"] == [] and other.exists()
+
+
+def test_a_training_jobs_slurm_shape_takes_whole_nodes(monkeypatch):
+    """Two runs on one node would bind each other's weight-sync sockets (verl names them by the Ray job id,
+    the same in every Ray cluster): a training job asks Slurm for whole nodes (sbatch --exclusive)."""
+    import submitit
+
+    from opd import launch
+    from opd.spec import Experiment, Slurm
+    from submitit.slurm.slurm import _make_sbatch_string
+    cfg = C.load()
+    run = C.runs(cfg, "paper")[0]
+    spec = type("Spec", (), {"backend": "verl", "verl": Experiment.of(cfg, "paper").verl, "row": run.row})()
+    shape = launch.train_shape(spec, Slurm.of(cfg["slurm"]))
+    got = {}
+
+    class Executor:
+        def __init__(self, **kw):
+            pass
+
+        def update_parameters(self, **params):
+            got.update(params)
+    monkeypatch.setattr(submitit, "AutoExecutor", Executor)
+    launch.executor(launch.Path("unused"), shape, "x")
+    assert got["slurm_exclusive"] is True
+    assert "#SBATCH --exclusive" in _make_sbatch_string("cmd", "/tmp/f", exclusive=True)  # what submitit writes
+    assert not launch.single_job_shape("verl", Slurm.of(cfg["slurm"])).exclusive  # a 1-GPU job shares its node
+
+
+def test_ray_clusters_of_two_jobs_are_their_own():
+    """Each Slurm job derives its own ports and temp dir from its id (all its tasks the same ones)."""
+    a, b = gpu.ray_cluster("73001"), gpu.ray_cluster("73002")
+    assert a == gpu.ray_cluster("73001") and a.port != b.port and a.temp_dir != b.temp_dir
+    assert abs(a.port - b.port) >= 5 and all(20000 <= c.port < 30000 for c in (a, b))
+    assert len(a.temp_dir) < 40  # Ray's session sockets live below it (a Unix socket path has 107 bytes)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_two_jobs_ray_on_one_node_run_and_stop_apart(tmp_path):
+    """Two jobs' Ray heads on one machine, as train_run starts them: both run, and stopping one job's Ray
+    leaves the other's running (`ray stop` would have ended both)."""
+    host = socket.gethostbyname(socket.gethostname())
+    jobs = {}
+    try:
+        for job in ("91001", "91002"):
+            env = gpu.ray_env(tmp_path / job)
+            jobs[job] = (gpu.ray_cluster(job), env)
+            jobs[job] = (*jobs[job], gpu.start_ray_head(1, host, env, jobs[job][0], timeout_s=120))
+        (a, env_a, addr_a), (b, env_b, addr_b) = jobs.values()
+        assert addr_a != addr_b and gpu._alive_nodes(addr_a, env_a) == 1 and gpu._alive_nodes(addr_b, env_b) == 1
+        assert gpu.stop_ray(a) > 0
+        assert gpu._alive_nodes(addr_b, env_b) == 1
+        with pytest.raises(RuntimeError, match=f"nothing listens on {host}:{a.port}"):
+            gpu.wait_for_port(host, a.port, timeout_s=1, poll_s=0.5)
+        assert gpu.stop_ray(a) == 0  # none of its processes is left
+    finally:
+        for cluster, *_ in jobs.values():
+            gpu.stop_ray(cluster)
+
+
+FP8_ROW = {"name": "fp8-w8a8", "weights": "fp8_block", "activations": "fp8_group128"}
+
+
+def test_an_fp8_rows_admission_engine_gets_its_weights_as_verls_weight_sync(tmp_path, monkeypatch):
+    """vLLM's FP8 method assumes an FP8 checkpoint: started on the BF16 checkpoint with quantization set, it
+    would cast the BF16 values into FP8 parameters and keep the block scales' initial values. The admission
+    check's candidate engine for the native FP8 row starts on dummy weights (as verl's rollout does) and the
+    student's BF16 checkpoint reaches verl's own `_update_weights` (which quantizes each tensor as it loads it),
+    every tensor exactly as saved; the BF16 reference engine loads the checkpoint itself."""
+    import types
+
+    import torch
+
+    from opd.backends.tiny.model import export_hf
+    from opd.backends.verl import hook
+    from opd.spec import AdmissionSpec
+    from test_verl import LoadRecorder, tiny_model
+    m = tiny_model(layers=2)
+    export_hf(m, tmp_path / "student")
+    engines = []
+
+    class FakeLLM:  # vLLM's LLM as _candidate_samples and offline_logratios use it; the worker is the real hook
+        def __init__(self, model, **kw):
+            self.kw, self.rpc = kw, []
+            self.worker = type("Worker", (hook.WeightNumerics, LoadRecorder), {})()
+            self.worker.vllm_config = types.SimpleNamespace(additional_config={}, model_config=types.SimpleNamespace(
+                model=model, hf_config=types.SimpleNamespace(num_hidden_layers=2)))
+            self.model_config = types.SimpleNamespace(max_model_len=64)
+            engines.append(self)
+
+        def collective_rpc(self, method, args=()):
+            self.rpc.append(method)
+            return [getattr(self.worker, method)(*args)]
+
+        def get_tokenizer(self):
+            return None  # prompt_ids is replaced below
+
+        def generate(self, prompts, sp):
+            raise StopIteration  # the engines' set-up is what this test checks
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = FakeLLM, lambda **kw: kw
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict
+    quant_utils = types.ModuleType("verl.utils.vllm.vllm_quant_utils")
+    quant_utils.apply_vllm_quant_patches = lambda: None
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    monkeypatch.setitem(sys.modules, "verl.utils.vllm.vllm_quant_utils", quant_utils)
+    monkeypatch.setattr(gpu, "prompt_ids", lambda tok, m: [1, 2, 3])
+    spec = AdmissionSpec.of({"experiment": "paper", "backend": "verl", "student": "s", "row": FP8_ROW, "prompts": 1,
+                             "responses": 1, "seed": 0, "task_seed": 0, "student_path": None, "teacher_path": None,
+                             "student_spec": {"model": str(tmp_path / "student"), "teacher": "t", "layers": 2},
+                             "settings": {"max_response_length": 40}, "verl": {"data": {"train": "x", "heldout": ["y"]}}})
+    with pytest.raises(StopIteration):
+        gpu._candidate_samples(spec, spec.row, [[{"role": "user", "content": "1+1"}]])
+    cand = engines[0]
+    assert cand.kw["quantization"] == "fp8" and cand.kw["load_format"] == "dummy"
+    assert cand.rpc == ["sync_checkpoint"]
+    assert cand.worker.loaded.keys() == m.state_dict().keys()
+    assert all(torch.equal(cand.worker.loaded[k], v) for k, v in m.state_dict().items())
+    # without verl's extension (vLLM's CPU environment) the FP8 path says what it needs
+    with pytest.raises(RuntimeError, match="verl's vLLM worker extension"):
+        hook.WeightNumerics().sync_checkpoint(str(tmp_path / "student"))
