@@ -283,8 +283,8 @@ class Launcher(Written):
 class Probes(Written):
     """The gradient probes of a probed run (opd/backends/tiny/probes.py): `prompts` x `responses` per probe
     seed, at every step of `steps` with `probe_seed`, and at the first and last with each of `extra_seeds`;
-    `sample_prefixes` per-prefix rows kept for plots. The mechanism stage (workflow/rules/mechanism.smk)
-    sets them."""
+    `sample_prefixes` per-prefix rows kept for plots. opd.dag.probes sets them for the mechanism stage
+    (workflow/rules/mechanism.smk)."""
     prompts: int
     responses: int
     probe_seed: int
