@@ -300,8 +300,8 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
-_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "algorithm", "variant",
-             "speculative", "lr", "reference", "guard")
+_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw", "algorithm",
+             "variant", "speculative", "lr", "reference", "guard")
 
 
 def changed_fields(analysed: Row, now: Row) -> list[str]:

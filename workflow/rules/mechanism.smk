@@ -5,7 +5,7 @@
 import re
 
 PROBE_ROWS = [r for r in ROWS.values() if r.in_budget and r.family in ("baseline", "noise", "staleness")
-              and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
+              and not r.noise_redraw and PRIMARY in r.students_or(PRIMARY)] if BACKEND == "tiny" else []
 PROBE_RUNS = [run_id(r.name, PRIMARY, (r.seeds or EXPERIMENT.seeds)[0]) for r in PROBE_ROWS]
 # The probes' settings (opd.spec.Probes), the one place they are set; a probed run's spec holds them, so
 # changing one retrains exactly the probed runs. 128 prompts x 2 responses: ~6,000 prefixes per set, where
