@@ -140,6 +140,26 @@ class Row:
         return self.is_plain_opd and self.lr is None and self.reference is None
 
     @property
+    def is_reference_row(self) -> bool:
+        """A row trained with its own settings (its own lr) or measured against another row (`reference`): its Δ
+        is not a mismatch's against the standard engine, and its verdict is labelled so wherever it is shown."""
+        return self.algorithm == "opd" and (self.lr is not None or self.reference is not None)
+
+    @property
+    def role(self) -> str:
+        """What a row's verdict means, as tables label it: baseline, budget (a mismatch source the budget is
+        measured on), reference (is_reference_row), guarded, variant (an update variant), rl."""
+        if self.baseline:
+            return "baseline"
+        if self.algorithm != "opd":
+            return "rl"
+        if self.is_reference_row:
+            return "reference"
+        if self.guard is not None:
+            return "guarded"
+        return "variant" if self.variant != "none" else "budget"
+
+    @property
     def engine_key(self) -> tuple:
         """What the rollout engine is (numerics and staleness), whatever the algorithm or variant."""
         return tuple(getattr(self, k) for k in ENGINE_FIELDS)

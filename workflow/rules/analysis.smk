@@ -13,6 +13,8 @@ rule analysis:
         rows=f"{ANALYSIS}/rows.parquet",
         verdicts=f"{ANALYSIS}/verdicts.parquet",
         budget=f"{ANALYSIS}/budget.parquet",
+        decides=f"{ANALYSIS}/decides.parquet",
+        edge=f"{ANALYSIS}/edge.parquet",
         admission=f"{ANALYSIS}/admission.parquet",
         admission_summary=f"{ANALYSIS}/admission_summary.json",
         rl=f"{ANALYSIS}/rl.parquet",

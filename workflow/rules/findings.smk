@@ -11,7 +11,8 @@ rule findings:
     input:
         unpack(findings_probes),
         **{k: rules.analysis.output[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr",
-                                                 "heldout", "rl", "rows", "admission_summary")},
+                                                 "heldout", "rl", "rows", "admission_summary", "edge",
+                                                 "decides")},
         **({"kv_attribution": rules.kv_attribution.output[0]} if KV_STUDENTS else {}),
         **({"guard": rules.guard_analysis.output[0]} if any(r.guard for r in ROWS.values()) else {}),
     output:
