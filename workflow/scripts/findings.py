@@ -322,7 +322,8 @@ def score_budget(edge: pd.DataFrame) -> str:
         state = "consistent" if e.consistent else "inconsistent (a fail below a pass)"
         items.append(f"{e.student} {_span(e.lo, e.hi)} nats/token, {state}, {_span(e.lo_over_d0, e.hi_over_d0, '{:.0f}')}x "
                      f"D(0), {_span(e.lo_over_kl0, e.hi_over_kl0, '{:.1%}')} of its initial KL {e.kl0:.3f}; "
-                     + (f"{e.n_fail_near} fails and {e.n_pass_near} passes within {NEAR_FACTOR}x of its edge "
+                     + (f"{e.n_fail_near} fail{'s' * (e.n_fail_near != 1)} and {e.n_pass_near} "
+                        f"pass{'es' * (e.n_pass_near != 1)} within {NEAR_FACTOR}x of its edge "
                         f"{e.edge:.3g}" if not np.isnan(e.edge) else "no edge (no fail or no pass)"))
         if not e.consistent:
             verdict = DISAGREES
