@@ -203,6 +203,9 @@ def cross_field_errors(cfg: dict) -> list[str]:
                         errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
                                       f"{sorted(missing)}, so there is nothing to compare with")
             errors += [f"{where}, field 'guard.{f}': {why}" for f, why in guard_errors(r, e.get("train", {}))]
+            if r.noise_redraw and not r.noise_sigma:
+                errors.append(f"{where}, field 'noise_redraw': redraws the noise direction but the row has no "
+                              f"noise_sigma")
             if r.bf16_layers and r.weights == r.activations == r.kv_cache == "none":
                 errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
         t = e.get("train", {})

@@ -77,11 +77,12 @@ def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | N
 
 def probe_rows(e: Experiment) -> list[Row]:
     """The mechanism stage's probed rows (tiny backend; workflow/rules/mechanism.smk): the budget rows of the
-    baseline, noise and staleness families that run the primary student."""
+    baseline, noise and staleness families that run the primary student (not a redrawn-direction noise row: the
+    probes key on a fixed noise direction)."""
     if e.backend != "tiny":
         return []
     return [r for r in e.rows if r.in_budget and r.family in ("baseline", "noise", "staleness")
-            and e.primary in r.students_or(e.primary)]
+            and not r.noise_redraw and e.primary in r.students_or(e.primary)]
 
 
 def probe_runs(e: Experiment) -> list[str]:

@@ -181,7 +181,7 @@ def rows_frame(path) -> pd.DataFrame:
     mismatch guard: its steps mix the row's engine and the action's)."""
     rows = store.read_table(path)
     R = [Row.of(r) for r in rows.to_dict("records")]
-    return rows.assign(family=[r.family for r in R], in_budget=[r.in_budget for r in R],
+    return rows.assign(family=[r.family for r in R], in_budget=[r.in_budget for r in R], role=[r.role for r in R],
                        engine_key=[r.engine_key for r in R], guarded=[r.guard is not None for r in R])
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 # that editing them never reruns existing runs.
 PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 # What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
-ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma")
+ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw")
 
 
 def _unset(v) -> bool:
@@ -78,6 +78,7 @@ class Row:
     bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
     staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
     noise_sigma: float = 0.0  # fixed-direction Gaussian weight noise, relative to each tensor's RMS
+    noise_redraw: bool = False  # the noise direction drawn afresh at every step (same size, no persistent bias)
     algorithm: str = "opd"  # opd, or an RL contrast (reinforce, grpo)
     variant: str = "none"  # an update variant (score_centering, advantage_offset, tis)
     speculative: bool = False  # verl: EAGLE-3 speculative decoding in the rollout engine
@@ -139,6 +140,26 @@ class Row:
         return self.is_plain_opd and self.lr is None and self.reference is None
 
     @property
+    def is_reference_row(self) -> bool:
+        """A row trained with its own settings (its own lr) or measured against another row (`reference`): its Δ
+        is not a mismatch's against the standard engine, and its verdict is labelled so wherever it is shown."""
+        return self.algorithm == "opd" and (self.lr is not None or self.reference is not None)
+
+    @property
+    def role(self) -> str:
+        """What a row's verdict means, as tables label it: baseline, budget (a mismatch source the budget is
+        measured on), reference (is_reference_row), guarded, variant (an update variant), rl."""
+        if self.baseline:
+            return "baseline"
+        if self.algorithm != "opd":
+            return "rl"
+        if self.is_reference_row:
+            return "reference"
+        if self.guard is not None:
+            return "guarded"
+        return "variant" if self.variant != "none" else "budget"
+
+    @property
     def engine_key(self) -> tuple:
         """What the rollout engine is (numerics and staleness), whatever the algorithm or variant."""
         return tuple(getattr(self, k) for k in ENGINE_FIELDS)
@@ -197,5 +218,5 @@ ROW_DEFAULTS = {f.name: _plain(f.default) for f in fields(Row)
                 if f.name not in ("name", "given", "students", "seeds", "description")}
 # How a value read back from Parquet is restored (None: as it is; lists become tuples).
 FIELD_TYPES = {"name": str, "weights": str, "activations": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
-               "noise_sigma": float, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
+               "noise_sigma": float, "noise_redraw": bool, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
                "lr": float, "reference": str, "guard": Guard.of, "students": None, "seeds": None, "description": str}

@@ -525,6 +525,8 @@ class TrainSpec(JobSpec):
             raise SpecError(f"{self.run_id}: the guard's d_max must be resolved to a number (Experiment.guard)")
         if self.guard is not None and self.probes is not None:  # the probes describe the row's engine alone
             raise SpecError(f"{self.run_id}: a guarded run cannot be probed")
+        if self.row.noise_redraw and self.probes is not None:  # the probes read one fixed direction per run
+            raise SpecError(f"{self.run_id}: a run whose noise is redrawn every step (noise_redraw) cannot be probed")
 
     @property
     def name(self) -> str:

@@ -703,3 +703,101 @@ def time_to_target(curve: pd.DataFrame, target: float) -> float:
     if i == 0:
         return float(x[0])
     return float(x[i - 1] + (target - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
+
+
+# ---------------------------------------------------------------- what decides: rank agreement of D with Delta
+
+class RankAgreement(NamedTuple):
+    """How well D orders Delta over a student's sources: Spearman's rho with its bootstrap interval (resampling
+    the sources), the pairs compared and the inversions among them (a larger D with a smaller Delta)."""
+    n: int
+    rho: float
+    ci_lo: float
+    ci_hi: float
+    n_pairs: int
+    n_inversions: int
+
+
+def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho (average ranks for ties) of each row of x against the same row of y; NaN where a row is
+    constant."""
+    from scipy.stats import rankdata
+    rx, ry = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
+    den = np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rx * ry).sum(-1) / np.where(den > 0, den, 1), np.nan)
+
+
+def rank_agreement(D, delta, *, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0) -> RankAgreement:
+    """Spearman's rho of D with Delta over sources (one value each), its percentile interval from resampling
+    the sources with replacement (resamples where either side is constant are dropped), and the inversions:
+    pairs whose larger D has the smaller Delta, out of the pairs with different D."""
+    D, delta = np.asarray(D, dtype=float), np.asarray(delta, dtype=float)
+    n = len(D)
+    if n < 3:
+        return RankAgreement(n, float("nan"), float("nan"), float("nan"), 0, 0)
+    rho = float(_spearman_rows(D[None], delta[None])[0])
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate([_spearman_rows(D[i], delta[i]) for i in
+                           (rng.integers(0, n, (min(BOOT_CHUNK, n_boot - s), n)) for s in range(0, n_boot, BOOT_CHUNK))])
+    boot = boot[~np.isnan(boot)]
+    lo, hi = np.quantile(boot, [(1 - ci) / 2, (1 + ci) / 2]) if len(boot) else (np.nan, np.nan)
+    i, j = np.triu_indices(n, 1)
+    differ = D[i] != D[j]
+    larger_d_smaller_delta = np.sign(D[i] - D[j]) * np.sign(delta[i] - delta[j]) < 0
+    return RankAgreement(n, rho, float(lo), float(hi), int(differ.sum()), int((differ & larger_d_smaller_delta).sum()))
+
+
+def significant_inversions(v: pd.DataFrame) -> list[tuple[str, str]]:
+    """Pairs (smaller-D configuration, larger-D configuration) whose seed-aware intervals of Delta do not overlap and
+    put the smaller D's Delta above the larger one's: inversions the seeds run cannot explain."""
+    v = v[v["ci_lo_seeds"].notna()].sort_values("D")
+    r = list(v.itertuples())
+    return [(a.config, b.config) for i, a in enumerate(r) for b in r[i + 1:]
+            if a.D < b.D and a.ci_lo_seeds > b.ci_hi_seeds]
+
+
+def rank_table(verdicts: pd.DataFrame, sources, *, n_boot: int = 10_000, ci: float = 0.95,
+               seed: int = 0) -> pd.DataFrame:
+    """Per student: rank_agreement of D with Delta over its `sources` (configuration names: the OPD sources,
+    the baseline left out), the significant inversions among them (significant_inversions: their count, and the
+    pairs as "smaller-D > larger-D"), and the sources' names."""
+    out = []
+    for student, v in verdicts[verdicts["config"].isin(list(sources))].groupby("student"):
+        v = v.sort_values("D")
+        r = rank_agreement(v["D"], v["delta"], n_boot=n_boot, ci=ci, seed=seed)
+        sig = significant_inversions(v)
+        out.append({"student": student, **r._asdict(), "n_significant": len(sig),
+                    "significant": "; ".join(f"{a} > {b}" for a, b in sig), "configs": ", ".join(v["config"])})
+    return pd.DataFrame(out, columns=["student", *RankAgreement._fields, "n_significant", "significant", "configs"])
+
+
+def budget_edge(budget: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: str, tau: float,
+                rule: str = "seeds") -> pd.DataFrame:
+    """Per student, the budget's edge at tau under `rule` in three units: D (nats/token: the largest passing D `lo`,
+    the smallest failing D `hi`, and their geometric mean `edge`, where both exist), the same over the standard
+    engine's own D (`d0`), and as a share of the student's initial held-out KL (`kl0`: the standard engine's runs
+    at step 0, the mean over seeds)."""
+    b = budget[(budget["rule"] == rule) & np.isclose(budget["tau"], tau)]
+    d0 = verdicts[verdicts["config"] == baseline].set_index("student")["D"]
+    h = heldout[(heldout["config"] == baseline)]
+    h = h[h["step"] == h["step"].min()]
+    kl0 = h.groupby(["student", "seed"])["kl"].mean().groupby("student").mean()
+    out = []
+    for r in b.itertuples():
+        edge = float(np.sqrt(r.lo * r.hi)) if r.lo > 0 and r.hi > 0 else float("nan")
+        out.append({"student": r.student, "rule": rule, "tau": float(tau), "lo": r.lo, "hi": r.hi, "edge": edge,
+                    "consistent": bool(r.consistent), "n_pass": r.n_pass, "n_fail": r.n_fail,
+                    "d0": float(d0[r.student]), "kl0": float(kl0[r.student]),
+                    **{f"{k}_over_d0": v / float(d0[r.student]) for k, v in (("lo", r.lo), ("hi", r.hi), ("edge", edge))},
+                    **{f"{k}_over_kl0": v / float(kl0[r.student]) for k, v in (("lo", r.lo), ("hi", r.hi), ("edge", edge))}})
+    return pd.DataFrame(out)
+
+
+def edge_counts(verdicts: pd.DataFrame, edge: float, tau: float, rule: str = "seeds", factor: float = 10.0) -> tuple:
+    """(passes, fails) under `rule` at tau among the configurations of `verdicts` whose D is within `factor` of
+    `edge` (either way): what resolves an edge."""
+    near = verdicts[(verdicts["D"] >= edge / factor) & (verdicts["D"] <= edge * factor)]
+    f = rule_fails(near, tau, rule)
+    return int((f == False).sum()), int((f == True).sum())  # noqa: E712

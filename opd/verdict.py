@@ -180,6 +180,9 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2g}x" if b else "n/a"
 
 
+REFERENCE_ROW = "a reference row"  # how not_in_budget begins for Row.is_reference_row; a verdict line repeats it
+
+
 def not_in_budget(row: Row) -> str | None:
     """Why a row's D and Delta are not part of its student's budget (Row.in_budget), or None."""
     if row.in_budget:
@@ -191,8 +194,8 @@ def not_in_budget(row: Row) -> str | None:
     if row.variant != "none":
         return f"an update variant ({row.variant})"
     if row.lr is not None:
-        return f"its own learning rate ({row.lr:g})"
-    return f"measured against {row.reference!r}, not the baseline"
+        return f"{REFERENCE_ROW}: its own learning rate ({row.lr:g})"
+    return f"{REFERENCE_ROW}: measured against {row.reference!r}, not the baseline"
 
 
 def is_admission_candidate(row: Row) -> bool:
@@ -300,8 +303,8 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
-_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "algorithm", "variant",
-             "speculative", "lr", "reference", "guard")
+_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw", "algorithm",
+             "variant", "speculative", "lr", "reference", "guard")
 
 
 def changed_fields(analysed: Row, now: Row) -> list[str]:
@@ -330,7 +333,9 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
     width = max(len(n) for n in RULE_NAMES.values())
     for r in sv.rules:
         ci = f"[{_pct(r.ci_lo)}, {_pct(r.ci_hi)}]" if math.isfinite(r.ci_lo) else "none (too few runs)"
-        lines.append(f"  {RULE_NAMES[r.rule]:<{width}}  95% interval {ci}: {r.verdict or 'cannot judge'}")
+        ref = f" ({sv.not_in_budget_why})" if sv.not_in_budget_why and sv.not_in_budget_why.startswith(REFERENCE_ROW) \
+            and r.verdict else ""
+        lines.append(f"  {RULE_NAMES[r.rule]:<{width}}  95% interval {ci}: {r.verdict or 'cannot judge'}{ref}")
     budgets = [r for r in sv.rules if r.budget is not None]
     same = len(budgets) == 2 and budgets[0].budget == budgets[1].budget
     for r in budgets[:1] if same else budgets:

@@ -283,3 +283,15 @@ def test_an_experiment_without_eval_every_is_valid_and_evaluates_its_first_and_l
     C.validate(toy_config)
     assert Experiment.of(toy_config, "toy").train.eval_steps() == [0, 100]
     assert Experiment.of(toy_config, "paper").train.eval_steps() == [0, 200]
+
+
+def test_noise_redraw_needs_noise_and_is_refused_on_verl_naming_row_and_field(toy_config):
+    i, r = row(toy_config, "fp8w")
+    r["noise_redraw"] = True
+    assert f"experiment 'toy', row {i} ('fp8w'), field 'noise_redraw': redraws the noise direction" in err(toy_config)
+    del r["noise_redraw"]
+    paper = toy_config["experiments"]["paper"]["rows"]
+    paper.append({"name": "noise-15-redraw", "noise_sigma": 0.15, "noise_redraw": True})
+    m = err(toy_config)
+    assert (f"experiment 'paper', row {len(paper) - 1} ('noise-15-redraw'), field 'noise_redraw': verl backend: "
+            "the weight-sync hook draws the noise direction") in m

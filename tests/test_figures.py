@@ -366,3 +366,43 @@ def test_guard_record(analysis):
     text = "\n".join(load("findings").guard_sentences(store.read_table(analysis / "guard.parquet")))
     assert "n1-guard (fallback)" in text and "40% of steps on the cheap engine, 2 activations per run" in text
     assert "against n1's" in text and "ran at 1.20x the fallback's tokens/s" in text and "fire 0 times" in text
+
+
+def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp_path):
+    """findings.md opens with one line per claim of the paper: the paper's number, the toy's from the analysis
+    tables, and a verdict by the stated criterion; a changed table changes the verdict."""
+    names = ["verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows", "edge", "decides",
+             "kv_attribution"]
+    t = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
+    t["rows"] = report.rows_frame(analysis / "rows.parquet")
+    mod = load("findings")
+    adm = json.loads((analysis / "admission_summary.json").read_text()) | {"alpha": 1.5, "L": 0.41}
+
+    def card(**changed):
+        tt = {**t, **changed}
+        text = mod.findings(tt["verdicts"], tt["budget"], tt["noise"], tt["null_deltas"], tt["staleness_lr"],
+                            tt["heldout"], tt["rows"], adm, tt["rl"], 0.2, "bf16", "m", kv=tt["kv_attribution"],
+                            edge=tt["edge"], decides=tt["decides"])
+        head, _, rest = text.partition("## Findings")
+        return {ln.split("**")[1]: ln for ln in head.splitlines() if ln.startswith("- **")}, rest
+
+    lines, rest = card()
+    assert "Budget of m" in rest  # the findings follow the scorecard
+    e = t["edge"].iloc[0]
+    budget = lines["A mismatch budget."]
+    assert f"m [{e.lo:.3g}, {e.hi:.3g}] nats/token, consistent" in budget and "[0.184, 0.39] nats/token" in budget
+    assert f"{e.lo_over_d0:.0f}, {e.hi_over_d0:.0f}]x D(0)" in budget and f"initial KL {e.kl0:.3f}" in budget
+    d = t["decides"].iloc[0]
+    assert f"ρ(D, Δ) = {d.rho:.2f} [{d.ci_lo:.2f}, {d.ci_hi:.2f}] over {d.n} sources" in lines[
+        "Total mismatch decides, not bits or versions."]
+    variants = lines["TIS, score centering and an advantage offset do not help OPD."]
+    assert "**agrees**" in variants and "(helps)" not in variants
+    assert "**agrees**" in lines["The first layer carries the FP8 KV cache's mismatch."]  # layer 0 is 90% there
+    assert f"{adm['n_agree']} of {adm['n_decisions']} decisions match" in lines["The admission check predicts training."]
+    # TIS made to help: its seed-aware interval wholly below the plain engine's
+    v = t["verdicts"].copy()
+    n3 = v.index[v["config"] == "n3"][0]
+    v.loc[v["config"] == "n3-tis", ["delta", "ci_lo_seeds", "ci_hi_seeds"]] = [0.01, -0.05, v.loc[n3, "ci_lo_seeds"] - 0.01]
+    assert "**disagrees**" in card(verdicts=v)[0]["TIS, score centering and an advantage offset do not help OPD."]
+    # a budget whose fail lies below its pass: no single edge
+    assert "**disagrees**" in card(edge=t["edge"].assign(consistent=False))[0]["A mismatch budget."]

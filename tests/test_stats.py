@@ -467,3 +467,29 @@ def test_share_se_is_paired_a_part_proportional_to_the_whole_has_no_spread():
     part = whole * rng.lognormal(np.log(0.8), 0.5, 64)
     _, se_noisy = stats.share_se(part, np.full(64, 20), whole, np.full(64, 20), n_boot=2000)
     assert se_noisy > 0.01
+
+
+def test_rank_agreement_counts_inversions_and_brackets_rho():
+    r = stats.rank_agreement([1, 2, 3, 4, 5], [0.1, 0.3, 0.2, 0.5, 0.4], n_boot=2000)
+    assert (r.n, r.n_pairs, r.n_inversions) == (5, 10, 2) and r.rho == pytest.approx(0.8)
+    assert r.ci_lo < r.rho <= r.ci_hi <= 1
+    r = stats.rank_agreement([1, 2, 3, 4], [4, 3, 2, 1], n_boot=500)
+    assert r.rho == -1 and r.n_inversions == 6 and r.ci_hi == -1
+
+
+def test_significant_inversions_need_disjoint_seed_intervals_and_the_edge_has_three_units():
+    v = pd.DataFrame({"student": "m", "config": ["a", "b", "c", "bf16"], "D": [0.004, 0.006, 0.02, 0.0001],
+                      "delta": [0.24, 0.03, 0.5, 0.0], "ci_lo_seeds": [0.12, -0.02, 0.3, 0.0],
+                      "ci_hi_seeds": [0.37, 0.09, 0.7, 0.0], "ci_lo": [0.18, 0.0, 0.4, 0.0],
+                      "ci_hi": [0.3, 0.07, 0.6, 0.0]})
+    assert stats.significant_inversions(v[v["config"] != "bf16"]) == [("a", "b")]
+    table = stats.rank_table(v, ["a", "b", "c"], n_boot=200).iloc[0]
+    assert table["n_significant"] == 1 and table["significant"] == "a > b" and table["n_inversions"] == 1
+    budget = stats.budget_table(v, [0.2])
+    held = pd.DataFrame({"config": "bf16", "student": "m", "seed": [0, 0, 1, 1], "step": [0, 0, 0, 0],
+                         "kl": [0.1, 0.3, 0.2, 0.2]})
+    e = stats.budget_edge(budget, v, held, "bf16", 0.2).iloc[0]
+    assert (e.lo, e.hi, e.consistent) == (0.006, 0.004, False)  # b passes above a's fail
+    assert e.edge == pytest.approx(np.sqrt(0.006 * 0.004)) and e.kl0 == pytest.approx(0.2)
+    assert e.lo_over_d0 == pytest.approx(60) and e.hi_over_kl0 == pytest.approx(0.02)
+    assert stats.edge_counts(v[v["config"] != "bf16"], e.edge, 0.2, factor=2) == (1, 1)

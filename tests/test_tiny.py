@@ -194,6 +194,47 @@ def test_killed_run_resumes_with_no_step_lost_or_repeated(base, tmp_path):
     pd.testing.assert_frame_equal(resumed.drop(columns=TIMING), straight.drop(columns=TIMING))
 
 
+def test_redrawn_noise_differs_from_fixed_noise_and_a_killed_run_resumes_bit_for_bit(base, tmp_path):
+    """noise_redraw: a new direction at every step (seeded by run seed and step), the same size of noise: the
+    engine's weights differ from one step to the next where the fixed direction's stay, the run differs from the
+    fixed-direction run from step 1 on (step 0 draws with its own seed too), and a run crashed after its step-4
+    checkpoint resumes to the straight run's numbers exactly."""
+    from opd.rows import Row
+    fixed, redraw = (Numerics.of_row(Row.of({"name": "r", "noise_sigma": 0.2, "noise_redraw": on}), seed=3)
+                     for on in (False, True))
+    student = M.load(base / "student.pt")
+    e = Engine(student.cfg, redraw)
+    w = {}
+    for step in (0, 1, 1):
+        e.load(student.state_dict(), 0, step)
+        w.setdefault(step, []).append(e.model.state_dict()["lm_head.weight"].clone())
+    assert e.loaded(0, 1) and not e.loaded(0, 2)  # the trainer reloads the same version at a new step
+    assert not torch.equal(w[0][0], w[1][0]) and torch.equal(w[1][0], w[1][1])  # per step, deterministic
+    assert fixed.noise_seed_at(0) == fixed.noise_seed_at(7) == 3 and len({redraw.noise_seed_at(n) for n in range(8)}) == 8
+    noise = {"name": "r", "noise_sigma": 0.2}
+    s_fixed, s_redraw = (spec(base, {**noise, **extra}, steps=8, checkpoint_every=2, eval_every=4)
+                         for extra in ({}, {"noise_redraw": True}))
+    train_run(s_fixed, tmp_path / "fixed")
+    train_run(s_redraw, tmp_path / "straight")
+    a, b = (store.read_table(tmp_path / d / "steps.parquet") for d in ("fixed", "straight"))
+    assert (a["d_n"] != b["d_n"]).all() and np.isclose(a["d_n"].mean(), b["d_n"].mean(), rtol=1.0)
+
+    class Crash(Exception):
+        pass
+
+    def crash(n, total, out):
+        if n == 5:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train_run(s_redraw, tmp_path / "run", progress=crash)
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 4
+    train_run(s_redraw, tmp_path / "run")
+    resumed = store.read_table(tmp_path / "run" / "steps.parquet")
+    pd.testing.assert_frame_equal(resumed.drop(columns=TIMING), b.drop(columns=TIMING))
+    pd.testing.assert_frame_equal(*(store.read_table(tmp_path / d / "heldout.parquet") for d in ("run", "straight")))
+
+
 @pytest.mark.parametrize("algorithm,variant", [("reinforce", "none"), ("grpo", "none"), ("reinforce", "score_centering"),
                                                ("opd", "tis"), ("opd", "advantage_offset")])
 def test_rl_and_update_variants_train(base, tmp_path, algorithm, variant):

@@ -56,6 +56,16 @@ def test_verdict_on_the_committed_results(row):
         assert "missing: nothing" in block
 
 
+def test_a_reference_rows_verdict_is_labelled_as_a_reference_rows():
+    """lr3e-5-k0 trains at its own learning rate: its "fail" against the baseline is the learning rate's, and every
+    verdict line says it is a reference row's."""
+    r = verdict_cli("lr3e-5-k0")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "95% interval" in ln]
+    assert len(lines) == 2 and all(ln.endswith("(a reference row: its own learning rate (3e-05))") for ln in lines)
+    assert "reference row" not in verdict_cli("nvfp4").stdout
+
+
 def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
     """A row just added: no runs, no admission check, no analysis of it; each with the target that makes it
     (the training target is a real one: a dry run in a fresh clone plans exactly that row's runs)."""

@@ -148,7 +148,16 @@ def main(inp, out, params):
     derived.write_table(v, out.verdicts)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
     engines = [r.name for r in R if r.in_budget]
-    derived.write_table(stats.budget_table(v[v["config"].isin(engines)], params.taus), out.budget)
+    budget = stats.budget_table(v[v["config"].isin(engines)], params.taus)
+    derived.write_table(budget, out.budget)
+    # what decides: the rank agreement of D with Delta over the OPD sources (the budget rows but the baseline), and
+    # the budget's edge in D, over the standard engine's D and over the initial held-out KL
+    sources = [r.name for r in R if r.in_budget and not r.baseline]
+    derived.write_table(stats.rank_table(v, sources, n_boot=b["resamples"], ci=b["level"], seed=b["seed"]), out.decides)
+    edge = stats.budget_edge(budget, v, heldout, params.baseline, params.tau)
+    near = [stats.edge_counts(v[(v["student"] == e.student) & v["config"].isin(sources)], e.edge, params.tau)
+            for e in edge.itertuples()]
+    derived.write_table(edge.assign(n_pass_near=[p for p, _ in near], n_fail_near=[f for _, f in near]), out.edge)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)

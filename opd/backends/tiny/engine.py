@@ -39,12 +39,21 @@ class Numerics:
     bf16_layers: tuple = ()
     noise_sigma: float = 0.0
     noise_seed: int = 0
+    noise_redraw: bool = False  # a new noise direction at every step: noise_seed_at(step) instead of noise_seed
     kv_parts: str = "kv"  # what the kv_cache recipe stores in FP8: keys and values, "k" or "v" only (opd.quant.KV_PARTS)
 
     @classmethod
     def of_row(cls, row: Row, seed: int = 0) -> "Numerics":
         return cls(weights=row.weights, activations=row.activations, kv_cache=row.kv_cache, bf16_layers=row.bf16_layers,
-                   noise_sigma=row.noise_sigma, noise_seed=seed)
+                   noise_sigma=row.noise_sigma, noise_seed=seed, noise_redraw=row.noise_redraw)
+
+    def noise_seed_at(self, step: int) -> int:
+        """The seed of the noise direction the engine's weights carry at training step `step`: the run's own
+        (`noise_seed`) at every step, or, with `noise_redraw`, one derived from (run seed, step), so a resumed
+        run draws exactly the directions the killed one drew."""
+        if not self.noise_redraw:
+            return self.noise_seed
+        return int(np.random.SeedSequence([self.noise_seed, step, 5]).generate_state(1, np.uint64)[0] >> 1)
 
 
 class ActivationQuant:
@@ -157,20 +166,27 @@ class Engine:
         self.model = Decoder(cfg).to(numerics.dtype).eval()
         self.activations = (ActivationQuant(self.model, numerics, calibration)
                             if numerics.activations != "none" else None)
-        self.version = None
+        self.version, self.step = None, None
         self.waves = 0  # batches split because the KV cache budget could not hold them (additive)
 
-    def load(self, state: dict, version: int = 0) -> float:
-        """Weight sync: apply the row's weight numerics, cast to the engine dtype. Returns seconds."""
+    def load(self, state: dict, version: int = 0, step: int = 0) -> float:
+        """Weight sync: apply the row's weight numerics (the noise direction of training step `step`,
+        Numerics.noise_seed_at), cast to the engine dtype. Returns seconds."""
         t = time.perf_counter()
         n = self.numerics
-        w = engine_weights(state, weights=n.weights, noise_sigma=n.noise_sigma, noise_seed=n.noise_seed,
+        w = engine_weights(state, weights=n.weights, noise_sigma=n.noise_sigma, noise_seed=n.noise_seed_at(step),
                            bf16_layers=n.bf16_layers, n_layers=self.cfg.n_layers)
         self.model.load_state_dict({k: v.to(n.dtype) for k, v in w.items()})
         if self.activations:
             self.activations.calibrate(self.model)
-        self.version = version
+        self.version, self.step = version, step
         return time.perf_counter() - t
+
+    def loaded(self, version: int, step: int) -> bool:
+        """Whether the engine holds the weights step `step` samples with: version `version`, and, where the noise
+        is redrawn every step, that step's direction."""
+        n = self.numerics
+        return self.version == version and (not (n.noise_redraw and n.noise_sigma) or self.step == step)
 
     def max_batch(self, max_len: int) -> int:
         if self.kv_budget_bytes is None:

@@ -201,7 +201,7 @@ class RolloutWorker(threading.Thread):
                         return
                     weights = versions[v]
                 engine = r.fallback if acting and not r.rule.keeps_numerics else r.engine
-                sync = engine.load(weights, v) if engine.version != v else 0.0
+                sync = engine.load(weights, v, n) if not engine.loaded(v, n) else 0.0
                 t = time.perf_counter()
                 rng = np.random.default_rng([r.seed, n, 1])
                 idx = np.repeat(rng.choice(len(r.train), r.settings.prompts_per_step, replace=False),

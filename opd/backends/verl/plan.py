@@ -130,6 +130,9 @@ def errors(row: dict, experiment: dict) -> list[str]:
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.recipes.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
+    if r.noise_redraw:
+        out.append("noise_redraw: the weight-sync hook draws the noise direction from the run's seed alone, once per "
+                   "run (opd.backends.verl.hook); a direction per step is built for the tiny backend only")
     g = r.guard
     if g is not None and not g.keeps_staleness and (g.keeps_numerics or r.staleness > 0):
         out.append(f"guard.action: {g.action!r} changes the staleness mid-run, and verl 0.9.1 fixes it when the trainer "
