@@ -248,6 +248,22 @@ def offline_inputs(build, student, *args):
     return {**base, "spec": spec_file(build(EXPERIMENT, student, base, *args))}
 
 
+# the verl backend's held-out evaluation jobs (verl_eval.smk)
+
+def run_train_spec(run_id):
+    """A run's training spec, as the train rule builds it (common.smk's train_inputs; verl runs are never probed)."""
+    run = RUNS[run_id]
+    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student))
+
+
+def heldout_parts(w):
+    """A run's held-out parts in step order: the student's step 0 (when evaluated), then the run's steps."""
+    run = RUNS[w.run_id]
+    steps = EXPERIMENT.settings(run.row).eval_steps()
+    return ([f"{OUT}/heldout_base/{run.student}.parquet"] if 0 in steps else []) + \
+        [f"{OUT}/runs/{w.run_id}/heldout/step_{s}.parquet" for s in steps if s]
+
+
 def job_log(kind, name):
     """A compute job's `log:` (opd.dag.log_path: the CLI writes it, the command never names it)."""
     return dag.log_path(EXP, kind, name)
