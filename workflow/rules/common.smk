@@ -114,10 +114,11 @@ def table_paths(name):
 
 def reported(files, shown, rule, category, kind):
     """`files` (extension -> path) with the one `snakemake --report` shows tagged for it: its caption
-    (workflow/report/<rule>.rst), its category and, as the menu's labels, the caption's title and its kind
-    (figure, table, text), where the menu would otherwise show the bare path."""
+    (workflow/report/<rule>.rst), its category and, as the menu's label, the caption's title and its kind
+    ("Budget (figure)"), where the menu would otherwise show the bare path. One label: the report makes a second
+    one a toggle where it has two values, and a figure and a table may share a title."""
     caption = f"{O.CAPTIONS}/{rule}.rst"
-    labels = {"result": O.caption_title(os.path.join(workflow.basedir, caption)), "kind": kind}
+    labels = {"result": f"{O.caption_title(os.path.join(workflow.basedir, caption))} ({kind})"}
     return {**files, shown: report(files[shown], caption=f"../report/{rule}.rst", category=category, labels=labels)}
 
 
