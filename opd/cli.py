@@ -164,11 +164,10 @@ class _Tee:
 
 
 @contextlib.contextmanager
-def job_log(spec: JobSpec):
-    """What the job prints, on the terminal as before and in its log (opd.dag.spec_log_path: the path the job's
+def job_log(path):
+    """What the job prints, on the terminal as before and in its log `path` (opd.dag.log_path: the path the job's
     rule declares as its `log:`; the command never names it, so declaring it reran nothing)."""
-    from opd import dag
-    path = Path(dag.spec_log_path(spec))
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)), \
             contextlib.redirect_stderr(_Tee(sys.stderr, log)):
@@ -176,8 +175,9 @@ def job_log(spec: JobSpec):
 
 
 def run(p, args) -> int:
+    from opd import dag
     spec, launcher = parse(p, args)
-    with job_log(spec):
+    with job_log(dag.spec_log_path(spec)):
         return _run(p, args, spec, launcher)
 
 

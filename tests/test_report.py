@@ -153,10 +153,9 @@ def check_in_browser(exe: str, root: Path, report: Path, want: dict[str, str], s
             click(page, f"[...document.querySelectorAll('nav a')].find(a => a.innerText.trim() === {json.dumps(category)})",
                   f"the menu entry of category {category}")
             # the menu lists a result by its caption's title and its kind, not its path
-            title, kind = O.caption_title(caption_file(path)), result_kind(path)
+            label = f"{O.caption_title(caption_file(path))} ({result_kind(path)})"
             row = (f"[...document.querySelectorAll('nav table tbody tr')]"
-                   f".find(r => r.cells[0].innerText.trim() === {json.dumps(title)}"
-                   f" && r.cells[1].innerText.trim() === {json.dumps(kind)})")
+                   f".find(r => r.cells[0].innerText.trim() === {json.dumps(label)})")
             click(page, f"{row} && {row}.querySelector('a[iconname=eye]')", f"the view button of {path}")
             if path.endswith(".png"):
                 img = "document.querySelector('.grow img')"

@@ -119,10 +119,11 @@ def table_paths(name):
 
 def reported(files, shown, rule, category, kind):
     """`files` (extension -> path) with the one `snakemake --report` shows tagged for it: its caption
-    (workflow/report/<rule>.rst), its category and, as the menu's labels, the caption's title and its kind
-    (figure, table, text), where the menu would otherwise show the bare path."""
+    (workflow/report/<rule>.rst), its category and, as the menu's label, the caption's title and its kind
+    ("Budget (figure)"), where the menu would otherwise show the bare path. One label: the report makes a second
+    one a toggle where it has two values, and a figure and a table may share a title."""
     caption = f"{O.CAPTIONS}/{rule}.rst"
-    labels = {"result": O.caption_title(os.path.join(workflow.basedir, caption)), "kind": kind}
+    labels = {"result": f"{O.caption_title(os.path.join(workflow.basedir, caption))} ({kind})"}
     return {**files, shown: report(files[shown], caption=f"../report/{rule}.rst", category=category, labels=labels)}
 
 
@@ -252,6 +253,22 @@ def offline_inputs(build, student, *args):
     (an opd.dag function)."""
     base = base_inputs(student)
     return {**base, "spec": spec_file(build(EXPERIMENT, student, base, *args))}
+
+
+# the verl backend's held-out evaluation jobs (verl_eval.smk)
+
+def run_train_spec(run_id):
+    """A run's training spec, as the train rule builds it (common.smk's train_inputs; verl runs are never probed)."""
+    run = RUNS[run_id]
+    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student))
+
+
+def heldout_parts(w):
+    """A run's held-out parts in step order: the student's step 0 (when evaluated), then the run's steps."""
+    run = RUNS[w.run_id]
+    steps = EXPERIMENT.settings(run.row).eval_steps()
+    return ([f"{OUT}/heldout_base/{run.student}.parquet"] if 0 in steps else []) + \
+        [f"{OUT}/runs/{w.run_id}/heldout/step_{s}.parquet" for s in steps if s]
 
 
 def job_log(kind, name):

@@ -4,20 +4,7 @@
 # by all its runs (the draw depends on the step alone), and a local step joins a run's parts into its
 # heldout.parquet. A timed-out or requeued job keeps its generated responses and scores them on its next
 # attempt. The tiny backend's training job writes heldout.parquet itself (train.smk), so this file is
-# included for the verl backend only.
-
-
-def run_train_spec(run_id):
-    run = RUNS[run_id]
-    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student), PROBES if run_id in PROBE_RUNS else None)
-
-
-def heldout_parts(w):
-    """A run's held-out parts in step order: the student's step 0 (when evaluated), then the run's steps."""
-    run = RUNS[w.run_id]
-    steps = EXPERIMENT.settings(run.row).eval_steps()
-    return ([f"{OUT}/heldout_base/{run.student}.parquet"] if 0 in steps else []) + \
-        [f"{OUT}/runs/{w.run_id}/heldout/step_{s}.parquet" for s in steps if s]
+# included for the verl backend only (its input functions: common.smk).
 
 
 rule heldout_base:
@@ -58,6 +45,8 @@ rule heldout_gather:
         spec=lambda w: spec_file(run_train_spec(w.run_id)),
     output:
         f"{OUT}/runs/{{run_id}}/heldout.parquet",
+    log:
+        job_log("heldout_gather", "{run_id}"),
     localrule: True
     shell:
         "python -m opd.backends.verl gather-heldout --spec {input.spec} --out {output} {input.parts}"

@@ -44,9 +44,11 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "gather-heldout":
         from . import evaluate
+        from opd import cli, dag
         spec = TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec))
-        evaluate.gather_heldout(a.parts, a.out, run_id=spec.run_id, config=spec.row.name, student=spec.student,
-                                seed=spec.seed)
+        with cli.job_log(dag.log_path(spec.experiment, "heldout_gather", spec.run_id)):  # the rule's log:
+            evaluate.gather_heldout(a.parts, a.out, run_id=spec.run_id, config=spec.row.name, student=spec.student,
+                                    seed=spec.seed)
         return 0
     if a.cmd == "prepare-data":
         paths = data.prepare(a.train, dict(h.split("=", 1) for h in a.heldout), a.out)
