@@ -8,6 +8,7 @@ from conftest import ROOT
 PAGE = ROOT / "docs" / "architecture.md"
 TEXT = PAGE.read_text()
 CODE = re.findall(r"`([^`]+)`", TEXT)
+GENERATED = {"logs"}  # folders the pipeline writes and git ignores
 
 
 def named_paths() -> list[str]:
@@ -23,7 +24,8 @@ def named_paths() -> list[str]:
 def test_every_file_it_names_exists():
     paths = named_paths()
     assert len(paths) > 20
-    missing = [p for p in paths if p and not (ROOT / p).exists()]
+    # logs/ is made by the first run (gitignored): a fresh clone has none
+    missing = [p for p in paths if p and p.split("/")[0] not in GENERATED and not (ROOT / p).exists()]
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
 
 
