@@ -38,10 +38,10 @@ def built_clone(built_template, tmp_path):
 
 def test_adding_a_row_schedules_only_that_row(built_clone):
     edit_config(built_clone, lambda c: c["experiments"]["toy"]["rows"].append(
-        {"name": "noise-05", "noise_sigma": 0.05}))
+        {"name": "noise-04", "noise_sigma": 0.04}))
     jobs = planned(built_clone)
-    assert planned_runs(jobs) == {"noise-05.qwen-s.s0", "noise-05.qwen-s.s1", "noise-05.qwen-s.s2"}  # default seeds
-    assert {w for r, w in jobs if r == "admission"} == {"row=noise-05, student=qwen-s"}
+    assert planned_runs(jobs) == {"noise-04.qwen-s.s0", "noise-04.qwen-s.s1", "noise-04.qwen-s.s2"}  # default seeds
+    assert {w for r, w in jobs if r == "admission"} == {"row=noise-04, student=qwen-s"}
     assert "base_models" not in planned_rules(jobs)
     assert {"analysis", "figure_budget", "table_runs"} <= planned_rules(jobs)
     # outputs that do not read the runs are left alone
