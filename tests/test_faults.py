@@ -139,9 +139,10 @@ def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resume
     assert r.returncode != 0
     assert f"disk full: no space left on the filesystem mounted at {runs}" in out
     assert "while writing results/toy/runs/bf16.qwen-s.s0/checkpoint.pt" in out
-    # nothing partial, nothing that looks complete: the last checkpoint, whole, and no run.json saying complete
+    # nothing partial, nothing that looks complete: the last checkpoint, whole, the attempts' record
+    # (opd.training: what the next attempt's run.json counts) and no run.json saying complete
     left = sorted(p.name for p in run.iterdir())
-    assert left in (["checkpoint.pt"], ["checkpoint.pt", "run.json"]), left
+    assert left in (["attempts.json", "checkpoint.pt"], ["attempts.json", "checkpoint.pt", "run.json"]), left
     assert not store.is_complete(run)
     ck = torch.load(run / "checkpoint.pt", weights_only=False)
     assert ck["step"] in (3, 6, 9)
