@@ -29,6 +29,8 @@ ADMISSION = ("- **Admission check** (α = {alpha}, L = {L}, {n_prompts} prompts)
              "{ratio_floor}; an SE of at most a third of D̂ needs up to {prompts_for_se_third:.0f} prompts there "
              "(the SE of a mean shrinks as 1/√n). In-training D / offline D̂ reaches {alpha_implied:.2f} "
              "(for D̂ ≥ {ratio_floor}); the largest passing D is {L_retrospective:.4g}.")
+ADMISSION_NONE = ("- **Admission check** (α = {alpha}, L = {L}): no candidate engine in this matrix has a training "
+                  "outcome to compare with (the standard engine is not counted).")
 RL = "- **RL under the same engines** ({student}): {items}."
 RL_SPREAD = ("- **RL collapse thresholds against the seed spread** ({student}, the standard engine's {n} OPD seeds at the "
              "final held-out evaluation, the quantities the rule compares): mean held-out response length varies by "
@@ -340,7 +342,8 @@ def score_budget(edge: pd.DataFrame) -> str:
     return SCORE.format(claim="A mismatch budget.", paper=paper, toy="; ".join(items), verdict=verdict, why=why)
 
 
-def score_total_mismatch(decides: pd.DataFrame, verdicts: pd.DataFrame, rows: pd.DataFrame) -> str:
+def score_total_mismatch(decides: pd.DataFrame, verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
+    """None where no student has the three sources a rank correlation needs and no redrawn row has a fixed twin."""
     items = [f"{d.student}: Spearman ρ(D, Δ) = {d.rho:.2f} [{d.ci_lo:.2f}, {d.ci_hi:.2f}] over {d.n} sources, "
              f"{d.n_inversions} of {d.n_pairs} pairs inverted, {d.n_significant} beyond the seeds"
              + (f" ({d.significant})" if d.n_significant else "")
@@ -358,6 +361,8 @@ def score_total_mismatch(decides: pd.DataFrame, verdicts: pd.DataFrame, rows: pd
                     items.append(f"{student} σ = {r.noise_sigma:g} redrawn every step against fixed: D {a.D:.3g} vs "
                                  f"{b.D:.3g}, Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, {a.ci_hi_seeds:+.0%}] vs "
                                  f"{b.delta:+.0%} [{b.ci_lo_seeds:+.0%}, {b.ci_hi_seeds:+.0%}]")
+    if not items:
+        return None
     judged = decides[decides["n"] >= 3]
     if (judged["n_significant"] > 0).any():
         verdict, why = DISAGREES, "a configuration with more mismatch does significantly better than one with less"
@@ -460,7 +465,10 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFrame, d0
                         "standard engine)", verdict=verdict, why=why)
 
 
-def score_admission(a: dict) -> str:
+def score_admission(a: dict) -> str | None:
+    """None where the matrix holds no admission decision (no candidate row on a student with a budget)."""
+    if not a["n_decisions"]:
+        return None
     share = a["n_agree"] / a["n_decisions"]
     if share >= ADMISSION_SHARE and a["n_agree"] > a["n_admit_all_agree"]:
         verdict, why = AGREES, f"at least {ADMISSION_SHARE:.0%} of decisions match and more than admitting all"
@@ -549,7 +557,7 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
         if items:
             out.append(STALENESS.format(lr=lr, student=primary, items=items))
     if admission:
-        out.append(ADMISSION.format(**admission))
+        out.append((ADMISSION if admission["n_decisions"] else ADMISSION_NONE).format(**admission))
     for student, g in (rl.groupby("student") if len(rl) else ()):
         items = "; ".join(rl_item(r) for r in g.itertuples() if r.reference != r.config)
         if items:
