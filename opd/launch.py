@@ -9,6 +9,7 @@ its node or was preempted is given the same `dead_after_s` to come back requeued
 """
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import time
@@ -36,26 +37,7 @@ class CheckpointableTrain(submitit.helpers.Checkpointable):
         env = submitit.JobEnvironment()
         if env.global_rank != 0:
             return training.train_worker(spec, run_dir)
-        clear_earlier_results(env.paths.folder, str(env.job_id), env.num_tasks)
         return training.train(spec, run_dir, "slurm", [str(env.job_id)])
-
-
-def clear_earlier_results(folder: Path, job_id: str, num_tasks: int) -> list[Path]:
-    """Remove every task's result file of an earlier attempt of this job (the removed paths). A job Slurm
-    requeued after a node failed keeps its id, and submitit deletes no result file on a requeue: task 0's
-    error of the failed attempt (written when Ray noticed the lost node: submitit/core/submission.py:58-65)
-    would otherwise stand beside the new attempt's worker results, and submit_and_wait would re-raise it
-    while the new attempt still runs. Task 0 calls it first: no task of this attempt writes a result before
-    it (the workers wait for task 0's Ray head, and their results follow its end)."""
-    gone = []
-    for task in range(num_tasks):
-        path = submitit.core.utils.JobPaths(folder, job_id, task).result_pickle
-        if path.exists():
-            path.unlink(missing_ok=True)
-            gone.append(path)
-    if gone:
-        print(f"job {job_id}: removed {len(gone)} result file(s) of an earlier attempt", flush=True)
-    return gone
 
 
 def train_shape(spec: TrainSpec, slurm: Slurm) -> Slurm:
@@ -109,7 +91,8 @@ def single_job_shape(backend: str, slurm: Slurm) -> Slurm:
 def executor(folder: Path, slurm: Slurm, name: str) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=slurm.max_requeues)
     params = {"name": name, "timeout_min": slurm.time_min, "nodes": slurm.nodes, "tasks_per_node": slurm.tasks_per_node,
-              "cpus_per_task": slurm.cpus_per_task, "mem_gb": slurm.mem_gb, "slurm_setup": list(slurm.setup)}
+              "cpus_per_task": slurm.cpus_per_task, "mem_gb": slurm.mem_gb,
+              "slurm_setup": [clear_earlier_results(folder), *slurm.setup]}
     if slurm.gpus_per_node:
         params["gpus_per_node"] = slurm.gpus_per_node
     if slurm.exclusive:
@@ -121,6 +104,17 @@ def executor(folder: Path, slurm: Slurm, name: str) -> submitit.AutoExecutor:
             params[f"slurm_{key}"] = getattr(slurm, key)
     ex.update_parameters(**params)
     return ex
+
+
+def clear_earlier_results(folder: Path) -> str:
+    """The batch script's first line: remove every task's result file of an earlier attempt of this job. A job
+    Slurm requeued after a node failed keeps its id, and submitit deletes no result file on a requeue: task 0's
+    error of the failed attempt (written when Ray noticed the lost node: submitit/core/submission.py:58-65)
+    would otherwise stand beside the new attempt's worker results, and submit_and_wait would re-raise it while
+    the new attempt still runs. The batch script runs once per attempt, before srun starts any task, so no
+    result of this attempt exists yet (removing them from task 0 raced a worker that had already finished:
+    the tiny backend's workers return at once). Result files are submitit's `<job id>_<task>_result.pkl`."""
+    return f'rm -f {shlex.quote(str(Path(folder).resolve()))}/"$SLURM_JOB_ID"_*_result.pkl'
 
 
 def slurm_state(job_id: str) -> str | None:
