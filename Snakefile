@@ -2,6 +2,10 @@
 # as a DAG. `snakemake -c 2` builds the toy experiment on a CPU; `snakemake --profile slurm` the paper.
 from opd import config as C
 
+# a YAML syntax error names the file, line and column (Snakemake's own says neither)
+C.or_exit(C.read_yaml, "config.yaml")
+
+
 configfile: "config.yaml"
 
 
@@ -17,7 +21,10 @@ from opd import smk
 REPORT_UNRECORDED = ".snakemake/opd/report-unrecorded.txt"
 smk.unrecorded_files(REPORT_UNRECORDED)
 
-C.validate(config)  # schema + cross-field checks; names the experiment, row and field of every error
+# Schema and cross-field checks: every error names the experiment, the row (counted from 1) with its line in
+# config.yaml or the --configfile that set it, and the field; the message alone, no traceback (C.or_exit).
+C.or_exit(C.validate, config,
+          C.Lines(["config.yaml", *workflow.overwrite_configfiles], cli=workflow.config_settings.config))
 
 
 include: "workflow/rules/common.smk"

@@ -1,6 +1,7 @@
 """config.yaml: validation (JSON schema + cross-field checks) and the matrix of runs.
 
-Every error names the experiment, the row and the field, and is raised before any job starts. A validated
+Every error names the experiment, the row (counted from 1, with its line where the Snakefile passes the config
+files: Lines) and the field, and is raised before any job starts. A validated
 experiment is read as an opd.spec.Experiment (every default resolved there); a run is one row x one student x
 one seed (opd.spec.Run, its id opd.spec.run_id). Validation imports no torch (a test checks it).
 """
@@ -34,11 +35,79 @@ MAX_SPEC_BYTES = 64 * 1024
 
 
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
-    with open(path) as f:
-        cfg = yaml.safe_load(f)
+    cfg = read_yaml(path)
     cfg.update(overrides or {})
-    validate(cfg)
+    validate(cfg, Lines([path], cli=overrides or {}))
     return cfg
+
+
+def read_yaml(path):
+    """A config file's contents; a YAML syntax error is a ConfigError naming the file, line and column (Snakemake's
+    own reading of a config file says only that it is "not valid JSON or YAML")."""
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path} line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        context = (f" ({e.context} that starts on line {e.context_mark.line + 1}"
+                   f"{': is the indentation as meant?' if 'block' in e.context else ''})"
+                   if e.context and e.context_mark else "")
+        raise ConfigError(f"invalid config: {where}: YAML syntax: {e.problem or e}{context}") from None
+
+
+def or_exit(check, *args):
+    """`check(*args)`, or on a ConfigError exit with its message alone: a config error is the user's to mend,
+    not a crash, and Snakemake prints a traceback under an exception raised while it reads the Snakefile."""
+    try:
+        return check(*args)
+    except ConfigError as e:
+        sys.exit(str(e))
+
+
+class Lines:
+    """Where a config value was written, for an error to name: `' config.yaml line 121'` for a path of keys and
+    indices. `sources` are the config files in the order Snakemake applies them (config.yaml, then each
+    --configfile), so the last that holds a path wrote it; a path whose first key --config set (`cli`) was
+    written on the command line and has no line."""
+
+    def __init__(self, sources=(), cli=()):
+        self.cli = set(cli)
+        self.trees = []
+        for src in sources:
+            try:
+                self.trees.append((Path(src).name, yaml.compose(Path(src).read_text())))
+            except (OSError, yaml.YAMLError):
+                continue
+
+    def __call__(self, *path) -> str:
+        if not path or path[0] in self.cli:
+            return ""
+        for name, node in reversed(self.trees):
+            for key in path:
+                node = _child(node, key)
+                if node is None:
+                    break
+            else:
+                return f"{name} line {node.start_mark.line + 1}"
+        return ""
+
+
+def _child(node, key):
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value if k.value == str(key)), None)
+    if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+        return node.value[key]
+    return None
+
+
+NO_LINES = Lines()
+
+
+def row_label(i: int, name, line: str = "") -> str:
+    """How an error names a row: its place in the list counted from 1, as an editor counts, its name, and the
+    line it starts on where known."""
+    return f"row {i + 1} ({_q(name)}{', ' + line if line else ''})"
 
 
 def _q(name) -> str:
@@ -50,8 +119,9 @@ def _q(name) -> str:
     return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in name) + "'"
 
 
-def _where(cfg: dict, path) -> str:
-    """'experiment 'toy', row 3 ('fp8w'), field 'noise_sigma'' from a jsonschema error path."""
+def _where(cfg: dict, path, lines: Lines = NO_LINES) -> str:
+    """'experiment 'toy', row 3 ('fp8w', config.yaml line 60), field 'noise_sigma'' from a jsonschema error
+    path (the row counted from 1; the line where `lines` knows it: the row's, or the field's outside rows)."""
     p = list(path)
     if len(p) >= 4 and p[0] == "experiments" and p[2] == "rows" and isinstance(p[3], int):
         exp, i = p[1], p[3]
@@ -60,10 +130,19 @@ def _where(cfg: dict, path) -> str:
         except (AttributeError, IndexError, KeyError):
             name = "?"
         field = ".".join(map(str, p[4:])) or "(row)"
-        return f"experiment {_q(exp)}, row {i} ({_q(name)}), field {_q(field)}"
+        return f"experiment {_q(exp)}, {row_label(i, name, lines(*p[:4]))}, field {_q(field)}"
+    line = lines(*p)
+    at = f" ({line})" if line else ""
     if len(p) >= 2 and p[0] == "experiments":
-        return f"experiment {_q(p[1])}, field {_q('.'.join(map(str, p[2:])) or '(experiment)')}"
-    return f"field {_q('.'.join(map(str, p)) or '(top level)')}"
+        return f"experiment {_q(p[1])}, field {_q('.'.join(map(str, p[2:])) or '(experiment)')}{at}"
+    return f"field {_q('.'.join(map(str, p)) or '(top level)')}{at}"
+
+
+def _did_you_mean(word, choices) -> str:
+    """'; did you mean 'bf16_layers'?' for a misspelt key or value (difflib's close matches), else ''."""
+    import difflib
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=3)
+    return f"; did you mean {' or '.join(map(_q, close))}?" if close else ""
 
 
 def _finite(x) -> bool:
@@ -108,15 +187,16 @@ def _nonfinite(obj, path=()) -> list[tuple]:
     return [path] if not _finite(obj) else []
 
 
-def validate(cfg: dict) -> None:
-    """Raise ConfigError listing every problem; return None when the config is good."""
+def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
+    """Raise ConfigError listing every problem; return None when the config is good. `lines` says where each
+    value was written (the Snakefile passes config.yaml and every --configfile)."""
     if not isinstance(cfg, dict):
         raise ConfigError("config must be a mapping")
     if _too_many_values(cfg):
         raise ConfigError(f"invalid config: it holds more than {MAX_CONFIG_VALUES:,} values once YAML's aliases "
                           f"(&name, *name) are expanded; config.yaml holds about 1,000")
     validator = _validator()
-    errors = [f"{_where(cfg, p)}: {_get(cfg, p)} is not a finite number (NaN and infinity are refused)"
+    errors = [f"{_where(cfg, p, lines)}: {_get(cfg, p)} is not a finite number (NaN and infinity are refused)"
               for p in _nonfinite(cfg)]
     for e in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
         msg = e.message
@@ -128,11 +208,16 @@ def validate(cfg: dict) -> None:
         elif e.validator == "maxLength":
             msg = f"{len(e.instance)} characters, more than the {e.validator_value} allowed"
         if e.validator == "additionalProperties":
-            msg = "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
-                " was unexpected", "")
-        errors.append(f"{_where(cfg, e.absolute_path)}: {msg}")
+            known = e.schema.get("properties")
+            unknown = [k for k in e.instance if known is not None and k not in known]
+            msg = ("; ".join(f"unknown key: {_q(k)}{_did_you_mean(k, known)}" for k in unknown) if unknown else
+                   "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
+                       " was unexpected", ""))
+        elif e.validator == "enum" and isinstance(e.instance, str):
+            msg += _did_you_mean(e.instance, e.validator_value)
+        errors.append(f"{_where(cfg, e.absolute_path, lines)}: {msg}")
     if not errors:
-        errors = cross_field_errors(cfg)
+        errors = cross_field_errors(cfg, lines)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
 
@@ -153,7 +238,7 @@ def _case_collisions(names) -> list[tuple[str, str]]:
     return out
 
 
-def cross_field_errors(cfg: dict) -> list[str]:
+def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
     errors = [f"field 'experiments': experiments {a!r} and {b!r} differ in case only (one folder on a "
               f"case-insensitive filesystem)" for a, b in _case_collisions(cfg["experiments"])]
     if cfg["experiment"] not in cfg["experiments"]:
@@ -172,10 +257,10 @@ def cross_field_errors(cfg: dict) -> list[str]:
                    f"folder on a case-insensitive filesystem)" for a, b in _case_collisions(students)]
         seen = {}
         for i, r in enumerate(matrix):
-            where = f"experiment {exp!r}, row {i} ({r.name!r})"
+            where = f"experiment {exp!r}, {row_label(i, r.name, lines('experiments', exp, 'rows', i))}"
             if r.name.lower() in seen:
                 other = matrix[seen[r.name.lower()]].name
-                errors.append(f"{where}, field 'name': duplicate of row {seen[r.name.lower()]}" + (
+                errors.append(f"{where}, field 'name': duplicate of row {seen[r.name.lower()] + 1}" + (
                     "" if other == r.name else f" ({other!r}: names that differ in case only are one folder on "
                                                f"a case-insensitive filesystem)"))
             seen.setdefault(r.name.lower(), i)
@@ -240,7 +325,8 @@ def cross_field_errors(cfg: dict) -> list[str]:
             for i, r in enumerate(e["rows"]):
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
-                    errors.append(f"experiment {exp!r}, row {i} ({r['name']!r}), field {field!r}: verl backend: {why}")
+                    errors.append(f"experiment {exp!r}, {row_label(i, r['name'], lines('experiments', exp, 'rows', i))}, "
+                                  f"field {field!r}: verl backend: {why}")
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))

@@ -111,7 +111,8 @@ def config_md() -> str:
            "# config.yaml reference\n",
            "Every field of `config.yaml`, as `workflow/schemas/config.schema.yaml` declares and describes it. Validation "
            "(the schema, then the cross-field checks of `opd/config.py`) runs before any job and names the experiment, "
-           "the row and the field of every error. `<name>` stands for a name you choose (an experiment, a student); "
+           "the row (counted from 1, with the line of the file that set it) and the field of every error, with the closest "
+           "valid name for a misspelt key or value; a YAML syntax error names the line and column. `<name>` stands for a name you choose (an experiment, a student); "
            "`rows[]` for every row of an experiment's matrix.\n"]
     shown = {}  # $ref target -> the section that listed its fields
     for section, items in sections.items():

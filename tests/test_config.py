@@ -19,8 +19,8 @@ def rows(cfg):
 
 
 def row(cfg, name):
-    """(index, row) of the toy row with this name."""
-    return next((i, r) for i, r in enumerate(rows(cfg)) if r["name"] == name)
+    """(number, row) of the toy row with this name, counted from 1 as errors name rows."""
+    return next((i, r) for i, r in enumerate(rows(cfg), 1) if r["name"] == name)
 
 
 def test_the_shipped_config_is_valid(toy_config):
@@ -34,10 +34,50 @@ def test_unknown_key_names_row_and_field(toy_config):
     assert f"experiment 'toy', row {i} ('fp8w-l0')" in m and "unknown key" in m and "nosie_sigma" in m
 
 
+def test_a_misspelt_key_or_value_gets_the_closest_names(toy_config):
+    i, r = row(toy_config, "fp8w-l0")
+    r["bf16_layer"] = r.pop("bf16_layers")
+    assert "unknown key: 'bf16_layer'; did you mean 'bf16_layers'?" in err(toy_config)
+    r["bf16_layers"] = r.pop("bf16_layer")
+    r["weights"] = "nvpf4"
+    assert f"row {i} ('fp8w-l0'), field 'weights'" in err(toy_config) and "did you mean 'nvfp4'" in err(toy_config)
+
+
+def test_an_error_names_the_line_its_row_starts_on_in_the_file_that_set_it(tmp_path, toy_config):
+    src = (C.ROOT / "config.yaml").read_text()
+    i, r = row(toy_config, "nvfp4")
+    r["staleness"] = -2
+    line = 1 + next(n for n, t in enumerate(src.splitlines()) if "{name: nvfp4," in t)
+    assert f"row {i} ('nvfp4', config.yaml line {line}), field 'staleness'" in err_at(toy_config, [C.ROOT / "config.yaml"])
+    # a --configfile that sets the rows again: its own line wins; a --config key has no line
+    override = tmp_path / "mine.yaml"
+    override.write_text("# my rows\n\nexperiments:\n  toy:\n    rows:\n" + "".join(
+        f"      - {{name: {x['name']}}}\n" for x in rows(toy_config)))
+    at = C.Lines([C.ROOT / "config.yaml", override])
+    assert at("experiments", "toy", "rows", i - 1) == f"mine.yaml line {5 + i}"
+    assert C.Lines([C.ROOT / "config.yaml"], cli={"experiments": {}})("experiments", "toy", "rows", 0) == ""
+
+
+def err_at(cfg, sources) -> str:
+    with pytest.raises(C.ConfigError) as e:
+        C.validate(cfg, C.Lines(sources))
+    return str(e.value)
+
+
+def test_a_yaml_syntax_error_names_file_line_and_column(tmp_path):
+    lines = (C.ROOT / "config.yaml").read_text().splitlines()
+    n = next(k for k, t in enumerate(lines) if t.strip() == "rows:")
+    lines[n] = " " + lines[n]  # one space too many before a key
+    bad = tmp_path / "config.yaml"
+    bad.write_text("\n".join(lines))
+    with pytest.raises(C.ConfigError, match=rf"config.yaml line {n + 1}, column \d+: YAML syntax: .*indentation"):
+        C.read_yaml(bad)
+
+
 def test_duplicate_row_name(toy_config):
     rows(toy_config)[3]["name"] = rows(toy_config)[1]["name"]
     m = err(toy_config)
-    assert f"row 3 ({rows(toy_config)[1]['name']!r})" in m and "duplicate of row 1" in m
+    assert f"row 4 ({rows(toy_config)[1]['name']!r})" in m and "duplicate of row 2" in m
 
 
 def test_no_baseline_and_two_baselines(toy_config):
@@ -109,7 +149,7 @@ def test_empty_matrix(toy_config):
 @pytest.mark.parametrize("name", ["a/b", "fp8 w", "x;rm", "$(x)", "a.b", ""])
 def test_row_names_that_would_break_paths_or_shells(toy_config, name):
     rows(toy_config)[1]["name"] = name
-    assert "row 1" in err(toy_config) and "field 'name'" in err(toy_config)
+    assert "row 2" in err(toy_config) and "field 'name'" in err(toy_config)
 
 
 @pytest.mark.parametrize("seeds", [[0.5], ["1"], [1, 1]])
@@ -219,7 +259,7 @@ def test_guard_fields_are_validated_and_named(toy_config):
                        ({**r["guard"], "action": "panic"}, "guard.action"), ({**r["guard"], "window": 0}, "guard.window"),
                        ({**r["guard"], "cooldown": 1.5}, "guard.cooldown"), ({"d_max": 0.1}, "guard")]:
         cfg = copy.deepcopy(toy_config)
-        rows(cfg)[i]["guard"] = bad
+        rows(cfg)[i - 1]["guard"] = bad
         assert f"experiment 'toy', row {i} ('stale-k4-guard'), field '{field}'" in err(cfg), bad
 
 
@@ -293,5 +333,5 @@ def test_noise_redraw_needs_noise_and_is_refused_on_verl_naming_row_and_field(to
     paper = toy_config["experiments"]["paper"]["rows"]
     paper.append({"name": "noise-15-redraw", "noise_sigma": 0.15, "noise_redraw": True})
     m = err(toy_config)
-    assert (f"experiment 'paper', row {len(paper) - 1} ('noise-15-redraw'), field 'noise_redraw': verl backend: "
+    assert (f"experiment 'paper', row {len(paper)} ('noise-15-redraw'), field 'noise_redraw': verl backend: "
             "the weight-sync hook draws the noise direction") in m

@@ -1,6 +1,7 @@
 """The DAG's guarantees, checked with real Snakemake runs in a fresh `git clone` of this tree, whose
 results/ already holds the toy experiment's results."""
 
+import re
 import shutil
 
 import pytest
@@ -114,8 +115,10 @@ def test_bad_config_stops_before_any_job(clone):
     r = snakemake(clone, "-n", check=False)
     assert r.returncode != 0
     out = r.stdout + r.stderr
-    assert "experiment 'toy', row 3 ('nvfp4'), field 'staleness'" in out
-    assert "Job stats" not in out
+    m = re.search(r"experiment 'toy', row 4 \('nvfp4', config.yaml line (\d+)\), field 'staleness'", out)
+    assert m, out  # counted from 1, and the line of the clone's edited config.yaml that row starts on
+    assert "name: nvfp4" in (clone / "config.yaml").read_text().splitlines()[int(m.group(1)) - 1]
+    assert "Job stats" not in out and "Traceback" not in out and 'File "' not in out  # the message, no traceback
 
 
 def test_retraining_a_student_reruns_every_run_of_that_student_only(built_clone):

@@ -175,8 +175,8 @@ def config_error(cfg) -> str:
 
 @pytest.mark.parametrize("where,value,field", [
     (lambda e: e, "tau", "field 'tau'"),
-    (lambda e: e["rows"][1], "noise_sigma", "row 1 ('fp8w'), field 'noise_sigma'"),
-    (lambda e: e["rows"][1], "lr", "row 1 ('fp8w'), field 'lr'"),
+    (lambda e: e["rows"][1], "noise_sigma", "row 2 ('fp8w'), field 'noise_sigma'"),
+    (lambda e: e["rows"][1], "lr", "row 2 ('fp8w'), field 'lr'"),
     (lambda e: e["admission"], "L", "field 'admission.L'"),
     (lambda e: e["admission"], "alpha", "field 'admission.alpha'"),
     (lambda e: next(r for r in e["rows"] if "guard" in r)["guard"], "d_max", "field 'guard.d_max'"),
@@ -192,7 +192,7 @@ def test_nan_and_infinity_are_refused_naming_experiment_row_and_field(toy_config
     (lambda e: e["train"].update(steps=20.0), "field 'train.steps': 20.0 is not of type 'integer'"),
     (lambda e: e.update(seeds=[1.0]), "field 'seeds.0': 1.0 is not of type 'integer'"),
     (lambda e: e["students"]["qwen-s"].update(heads="4"), "field 'students.qwen-s.heads': '4' is not of type"),
-    (lambda e: e["rows"][1].update(staleness=True), "row 1 ('fp8w'), field 'staleness': True is not of type"),
+    (lambda e: e["rows"][1].update(staleness=True), "row 2 ('fp8w'), field 'staleness': True is not of type"),
 ])
 def test_integer_fields_refuse_floats_strings_and_booleans(toy_config, edit, field):
     edit(toy_config["experiments"]["toy"])
@@ -216,11 +216,11 @@ def test_a_nan_in_a_runs_results_is_refused_naming_file_and_column(tmp_path):
 def test_names_match_in_full_are_bounded_and_unique_whatever_the_case(toy_config):
     e = toy_config["experiments"]["toy"]
     e["rows"][1]["name"] = "fp8w\n"  # would split the shell line and create results/toy\n/
-    assert "row 1 ('fp8w\\n'), field 'name': 'fp8w\\n' is not a name" in config_error(toy_config)
+    assert "row 2 ('fp8w\\n'), field 'name': 'fp8w\\n' is not a name" in config_error(toy_config)
     e["rows"][1]["name"] = "x" * 300  # an OSError traceback deep in a job before
     assert "field 'name': 300 characters, more than the 64 allowed" in config_error(toy_config)
     e["rows"][1]["name"] = "BF16"  # the same folder as bf16 on a case-insensitive filesystem
-    assert "row 1 ('BF16'), field 'name': duplicate of row 0 ('bf16'" in config_error(toy_config)
+    assert "row 2 ('BF16'), field 'name': duplicate of row 1 ('bf16'" in config_error(toy_config)
     e["rows"][1]["name"] = "fp8w"
     e["students"]["Qwen-S"] = e["students"]["qwen-s"]
     assert "students 'qwen-s' and 'Qwen-S' differ in case only" in config_error(toy_config)

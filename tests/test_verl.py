@@ -857,7 +857,7 @@ def test_validation_names_what_verl_cannot_run(toy_config):
     with pytest.raises(C.ConfigError) as e:
         C.validate(toy_config)
     m = str(e.value)
-    n = len(paper["rows"])
+    n = len(paper["rows"]) + 1  # errors count rows from 1: the last is row n - 1
     assert f"experiment 'paper', row {n - 7} ('x-reinforce'), field 'algorithm': verl backend: verl 0.9.1 has no" in m
     assert f"row {n - 6} ('x-center'), field 'variant'" in m and f"row {n - 5} ('x-offset'), field 'variant'" in m
     assert f"row {n - 4} ('x-k3'), field 'staleness'" in m and "train.checkpoint_every (40) is not a multiple of staleness 3" in m
@@ -993,7 +993,7 @@ def test_verl_runs_the_guard_it_can_and_names_what_it_cannot(toy_config):
     paper["rows"] += bad
     with pytest.raises(C.ConfigError) as e:
         C.validate(toy_config)
-    m, n = str(e.value), len(paper["rows"])
+    m, n = str(e.value), len(paper["rows"]) + 1  # errors count rows from 1: the last is row n - 1
     assert (f"row {n - 4} ('g-nvfp4-k8'), field 'guard': verl backend: with staleness 8 verl's fully-async trainer "
             f"logs one record per parameter version") in m
     assert f"row {n - 3} ('g-k8'), field 'guard.action': verl backend: 'sync' changes the staleness" in m
