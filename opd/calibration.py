@@ -328,41 +328,29 @@ def replay(heldout: pd.DataFrame, rule: SequentialRule, *, baseline: str,
     stopped on), verdict, verdict_full, agree."""
     references = references or {}
     fixed = {baseline, *references.values()}
-    fin = stats.final_heldout(heldout)
     out = []
-    for student, fs in fin.groupby("student"):
-        kl = fs.pivot_table(index="prompt_id", columns=["config", "seed"], values="kl")
-        configs = list(dict.fromkeys(kl.columns.get_level_values(0)))
-        if baseline not in configs:
-            raise ValueError(f"no held-out results for baseline {baseline!r} on student {student!r}")
-        for config in configs:
-            ref = references.get(config) or baseline
-            if ref not in configs:
-                raise ValueError(f"no held-out results for {ref!r}, the reference of {config!r}, on student {student!r}")
-            row = {"student": student, "config": config, "reference": ref,
-                   "role": "baseline" if config == baseline else "reference" if config in fixed else "sequential"}
-            seeds = sorted(kl[config].columns)
-            if config == ref:
-                out.append({**row, "seeds_run": ",".join(map(str, seeds)), "n_runs": len(seeds),
-                            "n_runs_full": len(seeds), "delta": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "verdict": "pass",
-                            "verdict_full": "pass", "agree": True})
-                continue
-            both = kl[list(dict.fromkeys([config, ref]))].dropna()
-            kc, kr = both[config].to_numpy().T, both[ref].to_numpy().T
-            ref_seeds = sorted(kl[ref].columns)
-            full = interval_on_seeds(kc, kr, rule, seeds_cand=seeds, seeds_base=ref_seeds)
-            top = len(seeds) if config in fixed else min(rule.max_seeds, len(seeds))
-            s = top if config in fixed else min(rule.start_seeds, top)
-            while True:
-                iv = interval_on_seeds(kc[:s], kr, rule, seeds_cand=seeds[:s], seeds_base=ref_seeds)
-                if s >= top or not straddles(iv.ci_lo, iv.ci_hi, rule.tau):
-                    break
-                s += 1
-            verdict = "fail" if stats.fails(*iv, rule.tau) else "pass"
-            verdict_full = "fail" if stats.fails(*full, rule.tau) else "pass"
-            out.append({**row, "seeds_run": ",".join(map(str, seeds[:s])), "n_runs": s, "n_runs_full": len(seeds),
-                        "delta": iv.delta, "ci_lo": iv.ci_lo, "ci_hi": iv.ci_hi, "verdict": verdict,
-                        "verdict_full": verdict_full, "agree": verdict == verdict_full})
+    for student, config, ref, kc, kr, seeds, ref_seeds, _ in stats.final_pairs(heldout, baseline, references):
+        seeds, ref_seeds = [int(x) for x in seeds], [int(x) for x in ref_seeds]
+        row = {"student": student, "config": config, "reference": ref,
+               "role": "baseline" if config == baseline else "reference" if config in fixed else "sequential"}
+        if config == ref:
+            out.append({**row, "seeds_run": ",".join(map(str, seeds)), "n_runs": len(seeds),
+                        "n_runs_full": len(seeds), "delta": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "verdict": "pass",
+                        "verdict_full": "pass", "agree": True})
+            continue
+        full = interval_on_seeds(kc, kr, rule, seeds_cand=seeds, seeds_base=ref_seeds)
+        top = len(seeds) if config in fixed else min(rule.max_seeds, len(seeds))
+        s = top if config in fixed else min(rule.start_seeds, top)
+        while True:
+            iv = interval_on_seeds(kc[:s], kr, rule, seeds_cand=seeds[:s], seeds_base=ref_seeds)
+            if s >= top or not straddles(iv.ci_lo, iv.ci_hi, rule.tau):
+                break
+            s += 1
+        verdict = "fail" if stats.fails(*iv, rule.tau) else "pass"
+        verdict_full = "fail" if stats.fails(*full, rule.tau) else "pass"
+        out.append({**row, "seeds_run": ",".join(map(str, seeds[:s])), "n_runs": s, "n_runs_full": len(seeds),
+                    "delta": iv.delta, "ci_lo": iv.ci_lo, "ci_hi": iv.ci_hi, "verdict": verdict,
+                    "verdict_full": verdict_full, "agree": verdict == verdict_full})
     return pd.DataFrame(out)
 
 

@@ -367,7 +367,7 @@ def compare(k_cand, k_ref, *, seeds_cand, seeds_ref, n_draws: int = 1, n_boot: i
     return Comparison(delta, lo, hi, lo_s, hi_s, len(kc), len(kr), len(draws))
 
 
-def _pairs(heldout: pd.DataFrame, baseline: str, references: dict):
+def final_pairs(heldout: pd.DataFrame, baseline: str, references: dict):
     """Each student's comparisons at the final evaluation: (student, config, reference, k_cand, k_ref,
     seeds_cand, seeds_ref, accuracy change in points), on the problems both sides scored."""
     fin = final_heldout(heldout)
@@ -404,7 +404,7 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
     n_draws: the draws the row was compared on. Every comparison resamples the same problems (the same
     bootstrap seed)."""
     references = references or {}
-    pairs = list(_pairs(heldout, baseline, references))
+    pairs = list(final_pairs(heldout, baseline, references))
     pooled = {}
     if pool_draws and n_draws > 1:
         est = {}
@@ -437,7 +437,7 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
     NaN with too few), both verdicts at tau, n_runs, n_runs_reference. A configuration that is its own
     reference is left out."""
     out = []
-    for student, config, ref, kc, kr, sc, sr, _ in _pairs(heldout, baseline, references or {}):
+    for student, config, ref, kc, kr, sc, sr, _ in final_pairs(heldout, baseline, references or {}):
         if config == ref:
             continue
         for d in np.unique(draw_of(sc, n_draws)):
