@@ -3,7 +3,7 @@
 from opd import config as C
 
 # a YAML syntax error names the file, line and column (Snakemake's own says neither)
-C.or_exit(C.read_yaml, "config.yaml")
+C.or_exit(C.check_syntax, "config.yaml")
 
 
 configfile: "config.yaml"

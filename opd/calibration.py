@@ -319,8 +319,8 @@ def sequential_rates(rng, model: NoiseModel, rule: SequentialRule, *, delta: flo
 
 def replay(heldout: pd.DataFrame, rule: SequentialRule, *, baseline: str,
            references: dict | None = None) -> pd.DataFrame:
-    """The sequential rule replayed over a full design's runs (held-out KL at each run's final evaluation;
-    OPD rows only): for each student and row, which of its seeds the rule would have run, in order (seed
+    """The sequential rule replayed over a full design's runs (held-out KL at each run's final evaluation,
+    the columns stats.final_pairs reads: run_id, student, config, seed, step, prompt_id, kl, correct; OPD rows only): for each student and row, which of its seeds the rule would have run, in order (seed
     0, 1, ... up to max_seeds or the seeds the full design has), its verdict then, and the full design's
     seed-aware verdict on every seed. The baseline and reference rows (`references` values) run their full
     design. One row per student and configuration: student, config, reference, role (baseline, reference

@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import jsonschema
@@ -45,8 +46,10 @@ def read_yaml(path):
     """A config file's contents; a YAML syntax error is a ConfigError naming the file, line and column (Snakemake's
     own reading of a config file says only that it is "not valid JSON or YAML")."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return yaml.safe_load(f)
+    except UnicodeError as e:
+        raise ConfigError(f"invalid config: {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{path} line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
@@ -54,6 +57,13 @@ def read_yaml(path):
                    f"{': is the indentation as meant?' if 'block' in e.context else ''})"
                    if e.context and e.context_mark else "")
         raise ConfigError(f"invalid config: {where}: YAML syntax: {e.problem or e}{context}") from None
+
+
+def check_syntax(path) -> None:
+    """read_yaml's check of a config file that exists (a missing one is Snakemake's to report: a --configfile
+    may stand in for it)."""
+    if Path(path).exists():
+        read_yaml(path)
 
 
 def or_exit(check, *args):
@@ -66,22 +76,23 @@ def or_exit(check, *args):
 
 
 class Lines:
-    """Where a config value was written, for an error to name: `' config.yaml line 121'` for a path of keys and
+    """Where a config value was written, for an error to name: `'config.yaml line 121'` for a path of keys and
     indices. `sources` are the config files in the order Snakemake applies them (config.yaml, then each
-    --configfile), so the last that holds a path wrote it; a path whose first key --config set (`cli`) was
-    written on the command line and has no line."""
+    --configfile), so the last that holds a path wrote it; a value --config set (`cli`, the mapping Snakemake
+    merges over the files) was written on the command line and has no line. A value reached through a YAML
+    alias is given its anchor's line."""
 
-    def __init__(self, sources=(), cli=()):
-        self.cli = set(cli)
+    def __init__(self, sources=(), cli=None):
+        self.cli = cli or {}
         self.trees = []
         for src in sources:
             try:
-                self.trees.append((Path(src).name, yaml.compose(Path(src).read_text())))
-            except (OSError, yaml.YAMLError):
+                self.trees.append((_shown(src), yaml.compose(Path(src).read_text())))
+            except (OSError, UnicodeError, yaml.YAMLError):
                 continue
 
     def __call__(self, *path) -> str:
-        if not path or path[0] in self.cli:
+        if not path or _set_by(self.cli, path):
             return ""
         for name, node in reversed(self.trees):
             for key in path:
@@ -93,9 +104,32 @@ class Lines:
         return ""
 
 
+def _shown(src) -> str:
+    """A config file as an error names it: relative to the working directory where it is below it."""
+    p = Path(src).absolute()
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def _set_by(cli, path) -> bool:
+    """Whether --config's mapping sets the value at `path` or one of its parents (a mapping it gives is merged
+    into the files' mapping key by key, so only the keys it names are its own)."""
+    node = cli
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return False
+        node = node[key]
+        if not isinstance(node, Mapping):
+            return True
+    return False
+
+
 def _child(node, key):
     if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value if k.value == str(key)), None)
+        # the last of duplicate keys, as safe_load keeps it
+        return next((v for k, v in reversed(node.value) if k.value == str(key)), None)
     if isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
         return node.value[key]
     return None
@@ -331,7 +365,9 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))
             if missing and any(set(r.students or ()) & missing for r in matrix):
-                errors.append(f"experiment {exp!r}, row ({base.name!r}), field 'students': the baseline must "
+                i = matrix.index(base)
+                errors.append(f"experiment {exp!r}, {row_label(i, base.name, lines('experiments', exp, 'rows', i))}, "
+                              f"field 'students': the baseline must "
                               f"cover every student other rows use; missing {sorted(missing)}")
     return errors
 

@@ -113,8 +113,10 @@ def clear_earlier_results(folder: Path) -> str:
     would otherwise stand beside the new attempt's worker results, and submit_and_wait would re-raise it while
     the new attempt still runs. The batch script runs once per attempt, before srun starts any task, so no
     result of this attempt exists yet (removing them from task 0 raced a worker that had already finished:
-    the tiny backend's workers return at once). Result files are submitit's `<job id>_<task>_result.pkl`."""
-    return f'rm -f {shlex.quote(str(Path(folder).resolve()))}/"$SLURM_JOB_ID"_*_result.pkl'
+    the tiny backend's workers return at once). Result files are submitit's `<job id>_<task>_result.pkl`, and
+    the `.save_tmp` file an attempt killed while writing one leaves (submitit refuses to write over it)."""
+    folder = shlex.quote(str(Path(folder).resolve()))
+    return f'rm -f {folder}/"$SLURM_JOB_ID"_*_result.pkl {folder}/"$SLURM_JOB_ID"_*_result.pkl.save_tmp'
 
 
 def slurm_state(job_id: str) -> str | None:

@@ -43,19 +43,19 @@ def test_a_misspelt_key_or_value_gets_the_closest_names(toy_config):
     assert f"row {i} ('fp8w-l0'), field 'weights'" in err(toy_config) and "did you mean 'nvfp4'" in err(toy_config)
 
 
-def test_an_error_names_the_line_its_row_starts_on_in_the_file_that_set_it(tmp_path, toy_config):
+def test_an_error_names_the_line_its_row_starts_on_in_the_file_that_set_it(tmp_path, toy_config, monkeypatch):
+    monkeypatch.chdir(C.ROOT)  # a file below the working directory is named relative to it
     src = (C.ROOT / "config.yaml").read_text()
     i, r = row(toy_config, "nvfp4")
     r["staleness"] = -2
     line = 1 + next(n for n, t in enumerate(src.splitlines()) if "{name: nvfp4," in t)
     assert f"row {i} ('nvfp4', config.yaml line {line}), field 'staleness'" in err_at(toy_config, [C.ROOT / "config.yaml"])
-    # a --configfile that sets the rows again: its own line wins; a --config key has no line
+    # a --configfile that sets the rows again: its own line wins
     override = tmp_path / "mine.yaml"
     override.write_text("# my rows\n\nexperiments:\n  toy:\n    rows:\n" + "".join(
         f"      - {{name: {x['name']}}}\n" for x in rows(toy_config)))
     at = C.Lines([C.ROOT / "config.yaml", override])
-    assert at("experiments", "toy", "rows", i - 1) == f"mine.yaml line {5 + i}"
-    assert C.Lines([C.ROOT / "config.yaml"], cli={"experiments": {}})("experiments", "toy", "rows", 0) == ""
+    assert at("experiments", "toy", "rows", i - 1) == f"{override} line {5 + i}"  # outside it: in full
 
 
 def err_at(cfg, sources) -> str:
@@ -335,3 +335,9 @@ def test_noise_redraw_needs_noise_and_is_refused_on_verl_naming_row_and_field(to
     m = err(toy_config)
     assert (f"experiment 'paper', row {len(paper)} ('noise-15-redraw'), field 'noise_redraw': verl backend: "
             "the weight-sync hook draws the noise direction") in m
+
+
+def test_a_value_set_by_config_on_the_command_line_has_no_line_and_its_siblings_keep_theirs(toy_config):
+    at = C.Lines([C.ROOT / "config.yaml"], cli={"experiments": {"toy": {"tau": 0.3}}})
+    assert at("experiments", "toy", "tau") == "" and at("experiments", "toy", "tau", "x") == ""
+    assert at("experiments", "toy", "rows", 0).startswith("config.yaml line ")
