@@ -58,32 +58,30 @@ def test_reward_mean_is_the_fraction_of_right_answers_for_verls_math_scorer():
         assert cfg.reward.custom_reward_function.name == "compute_score"
 
 
-def test_a_requeued_jobs_first_task_clears_the_earlier_attempts_results(tmp_path, monkeypatch):
+def test_a_requeued_jobs_batch_script_clears_the_earlier_attempts_results_before_any_task_starts(tmp_path):
     """After a node failure Slurm requeues the job under its id and submitit deletes no result file: task 0's
     error of the failed attempt would stand beside the new attempt's worker results, and the waiting rule would
-    re-raise it while task 0 still trains. Task 0 of the new attempt removes them before it starts the run."""
+    re-raise it while task 0 still trains. The batch script, which runs once per attempt, removes them (and a
+    killed write's .save_tmp) before srun starts any task; another job's results stay. Clearing them from task 0
+    instead raced a worker task that had already finished (the tiny backend's return at once)."""
     import submitit
-
     from opd import launch
+    from opd.spec import Slurm
     folder = tmp_path / "slurm"
     folder.mkdir()
     paths = [submitit.core.utils.JobPaths(folder, "4242", t).result_pickle for t in range(3)]
     paths[0].write_bytes(pickle.dumps(("error", "Traceback: a Ray node died")))
     paths[1].write_bytes(pickle.dumps(("success", None)))
+    save_tmp = paths[2].with_name(paths[2].name + ".save_tmp")
+    save_tmp.write_bytes(b"half a pickle")
     other = submitit.core.utils.JobPaths(folder, "4243", 0).result_pickle  # another job's: kept
     other.write_bytes(pickle.dumps(("success", {})))
-    seen = {}
-
-    def train(spec, run_dir, launcher, job_ids):
-        seen["stale"] = [p.name for p in paths if p.exists()]
-        return {"ok": True}
-    env = type("Env", (), {"global_rank": 0, "job_id": "4242", "num_tasks": 3,
-                           "paths": submitit.core.utils.JobPaths(folder, "4242", 0)})()
-    monkeypatch.setattr(submitit, "JobEnvironment", lambda: env)
-    monkeypatch.setattr(launch.training, "train", train)
-    assert launch.CheckpointableTrain()(None, str(tmp_path)) == {"ok": True}
-    assert seen["stale"] == [] and other.exists()
-
+    ex = launch.executor(folder, Slurm.of({"setup": ["module load cuda"]}), "x.toy.s0")
+    script = ex._executor._make_submission_file_text("python -m submitit.core._submit", "uid")
+    line = launch.clear_earlier_results(folder)
+    assert script.index(line) < script.index("module load cuda") < script.index("python -m submitit")
+    subprocess.run(["bash", "-c", line], check=True, env={**os.environ, "SLURM_JOB_ID": "4242"})
+    assert not any(p.exists() for p in paths) and not save_tmp.exists() and other.exists()
 
 def test_a_training_jobs_slurm_shape_takes_whole_nodes(monkeypatch):
     """Two runs on one node would bind each other's weight-sync sockets (verl names them by the Ray job id,
