@@ -352,7 +352,11 @@ def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clon
     before = spec.read_bytes()
     # the probe: an edited config and a dry run while the first one trains
     edit_config(clone, lambda c: c["experiments"]["toy"]["train"].update(steps=12))
-    r = snakemake(clone, "-n", "-c", "2")
+    r = snakemake(clone, "-n", "-c", "2", check=False)
+    # it plans, or, once the first one's job has started, Snakemake itself refuses that job's output as
+    # incomplete (its metadata marks a running job's outputs so): which of the two depends on timing, and
+    # neither may change what the running job reads
+    assert r.returncode == 0 or "IncompleteFilesException" in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
     assert first.poll() is None, "the first snakemake ended before the dry run: make its run longer"
     assert spec.read_bytes() == before
     assert f"opd: results/toy/_jobs/train/bf16.qwen-s.s1.json is not rewritten while another snakemake runs" in r.stderr
