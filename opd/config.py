@@ -38,7 +38,7 @@ MAX_SPEC_BYTES = 64 * 1024
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
     cfg = read_yaml(path)
     cfg.update(overrides or {})
-    validate(cfg, Lines([path], cli=overrides or {}))
+    validate(cfg, Lines([path], cli={k: None for k in overrides or {}}))  # each replaces its key whole
     return cfg
 
 
@@ -138,10 +138,11 @@ def _child(node, key):
 NO_LINES = Lines()
 
 
-def row_label(i: int, name, line: str = "") -> str:
-    """How an error names a row: its place in the list counted from 1, as an editor counts, its name, and the
-    line it starts on where known."""
-    return f"row {i + 1} ({_q(name)}{', ' + line if line else ''})"
+def row_label(exp, i: int, name, lines: Lines = NO_LINES) -> str:
+    """How an error names a row: its experiment, its place in the list counted from 1 as an editor counts, its
+    name, and the line it starts on where `lines` knows it."""
+    line = lines("experiments", exp, "rows", i)
+    return f"experiment {_q(exp)}, row {i + 1} ({_q(name)}{', ' + line if line else ''})"
 
 
 def _q(name) -> str:
@@ -164,7 +165,7 @@ def _where(cfg: dict, path, lines: Lines = NO_LINES) -> str:
         except (AttributeError, IndexError, KeyError):
             name = "?"
         field = ".".join(map(str, p[4:])) or "(row)"
-        return f"experiment {_q(exp)}, {row_label(i, name, lines(*p[:4]))}, field {_q(field)}"
+        return f"{row_label(exp, i, name, lines)}, field {_q(field)}"
     line = lines(*p)
     at = f" ({line})" if line else ""
     if len(p) >= 2 and p[0] == "experiments":
@@ -172,7 +173,7 @@ def _where(cfg: dict, path, lines: Lines = NO_LINES) -> str:
     return f"field {_q('.'.join(map(str, p)) or '(top level)')}{at}"
 
 
-def _did_you_mean(word, choices) -> str:
+def did_you_mean(word, choices) -> str:
     """'; did you mean 'bf16_layers'?' for a misspelt key or value (difflib's close matches), else ''."""
     import difflib
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=3)
@@ -244,11 +245,11 @@ def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
         if e.validator == "additionalProperties":
             known = e.schema.get("properties")
             unknown = [k for k in e.instance if known is not None and k not in known]
-            msg = ("; ".join(f"unknown key: {_q(k)}{_did_you_mean(k, known)}" for k in unknown) if unknown else
+            msg = ("; ".join(f"unknown key: {_q(k)}{did_you_mean(k, known)}" for k in unknown) if unknown else
                    "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
                        " was unexpected", ""))
         elif e.validator == "enum" and isinstance(e.instance, str):
-            msg += _did_you_mean(e.instance, e.validator_value)
+            msg += did_you_mean(e.instance, e.validator_value)
         errors.append(f"{_where(cfg, e.absolute_path, lines)}: {msg}")
     if not errors:
         errors = cross_field_errors(cfg, lines)
@@ -291,7 +292,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                    f"folder on a case-insensitive filesystem)" for a, b in _case_collisions(students)]
         seen = {}
         for i, r in enumerate(matrix):
-            where = f"experiment {exp!r}, {row_label(i, r.name, lines('experiments', exp, 'rows', i))}"
+            where = row_label(exp, i, r.name, lines)
             if r.name.lower() in seen:
                 other = matrix[seen[r.name.lower()]].name
                 errors.append(f"{where}, field 'name': duplicate of row {seen[r.name.lower()] + 1}" + (
@@ -359,16 +360,13 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
             for i, r in enumerate(e["rows"]):
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
-                    errors.append(f"experiment {exp!r}, {row_label(i, r['name'], lines('experiments', exp, 'rows', i))}, "
-                                  f"field {field!r}: verl backend: {why}")
+                    errors.append(f"{row_label(exp, i, r['name'], lines)}, field {field!r}: verl backend: {why}")
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))
             if missing and any(set(r.students or ()) & missing for r in matrix):
-                i = matrix.index(base)
-                errors.append(f"experiment {exp!r}, {row_label(i, base.name, lines('experiments', exp, 'rows', i))}, "
-                              f"field 'students': the baseline must "
-                              f"cover every student other rows use; missing {sorted(missing)}")
+                errors.append(f"{row_label(exp, matrix.index(base), base.name, lines)}, field 'students': the "
+                              f"baseline must cover every student other rows use; missing {sorted(missing)}")
     return errors
 
 
@@ -380,17 +378,11 @@ def highlighted(cfg: dict) -> tuple[str, ...]:
 
 def highlight_errors(cfg: dict) -> list[str]:
     """A `highlight` that names no row of the selected experiment, with the closest row names."""
-    import difflib
     if cfg.get("experiment") not in cfg.get("experiments", {}):
         return []
     names = [r["name"] for r in cfg["experiments"][cfg["experiment"]]["rows"]]
-    out = []
-    for h in highlighted(cfg):
-        if h not in names:
-            close = difflib.get_close_matches(h, names, n=3)
-            out.append(f"field 'highlight': experiment {cfg['experiment']!r} has no row {h!r}"
-                       + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ""))
-    return out
+    return [f"field 'highlight': experiment {cfg['experiment']!r} has no row {h!r}{did_you_mean(h, names)}"
+            for h in highlighted(cfg) if h not in names]
 
 
 def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:

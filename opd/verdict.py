@@ -11,7 +11,6 @@ verdict is new or changed since the verdicts this checkout saw before (`.snakema
 when that record is absent, the analysis files as the run found them)."""
 from __future__ import annotations
 
-import difflib
 import math
 import sys
 from dataclasses import dataclass
@@ -60,8 +59,7 @@ def find_row(exp: Experiment, name: str) -> Row:
     try:
         return exp.row(name)
     except KeyError:
-        close = difflib.get_close_matches(name, [r.name for r in exp.rows], n=3)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = C.did_you_mean(name, [r.name for r in exp.rows])
         raise C.ConfigError(f"experiment {exp.name!r} has no row {name!r}{hint}") from None
 
 
