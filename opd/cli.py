@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from opd.spec import (AdmissionSpec, BaseSpec, HeldoutSpec, JobSpec, KVAttributionSpec, Launcher, MemoryBoundSpec,
-                      ThroughputSpec, TrainSpec)
+from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, Launcher,
+                      MemoryBoundSpec, ThroughputSpec, TrainSpec)
 
 SPECS: dict[str, type[JobSpec]] = {"train": TrainSpec, "base": BaseSpec, "admission": AdmissionSpec,
                                    "kv-attribution": KVAttributionSpec, "throughput": ThroughputSpec,
@@ -76,7 +76,15 @@ def main(argv=None) -> int:
     x.add_argument("--student", default=None, help="with --row or alone: only this student's runs")
     x.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
     x.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    cal = sub.add_parser("calibrate", help="an adaptive design (sequential seeds, bisected edges: opd.plan) to the "
+                         "end: `snakemake ARGS` once per round, until a round leaves no run to train")
+    cal.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    cal.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    cal.add_argument("--max-rounds", type=int, default=50, help="stop after this many rounds (default 50)")
+    cal.add_argument("snakemake", nargs=argparse.REMAINDER, help="snakemake's arguments, after `--` (e.g. -- -c 2)")
     args = p.parse_args(argv)
+    if args.job == "calibrate":
+        return calibrate(args.experiment, args.config, args.max_rounds, args.snakemake)
 
     from opd import store
     if args.job == "check-runs":
@@ -106,15 +114,50 @@ def main(argv=None) -> int:
         return 1
 
 
+def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str]) -> int:
+    """Each round: the plan from the results so far (opd.plan), then `snakemake` with the given arguments (and
+    --config experiment=... when one is named), which trains that round; until a plan leaves no run to train.
+    Stops with 1 when a snakemake call fails or a round trains nothing of what it planned."""
+    import subprocess
+    from opd import config as C
+    from opd import plan
+    cfg = C.load(config_path or C.ROOT / "config.yaml")
+    exp = experiment or cfg["experiment"]
+    args = [a for a in snakemake_args if a != "--"]
+    if config_path:
+        args += ["--configfile", str(config_path)]
+    if experiment:
+        args += ["--config", f"experiment={experiment}"]
+    before = None
+    for round_ in range(1, max_rounds + 1):
+        p = plan.planned(Experiment.of(cfg, exp), plan.Results(f"results/{exp}"))
+        if not p.pending:
+            print("\n".join(p.summary()) if p.adaptive else f"calibrate: {exp!r} has no adaptive rows; nothing planned")
+            print(f"calibrate: done after {round_ - 1} round(s)")
+            return 0
+        if p.pending == before:
+            print(f"calibrate: round {round_ - 1} trained none of {len(before)} planned run(s) ({', '.join(before)}); "
+                  f"stopping", file=sys.stderr)
+            return 1
+        print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
+        if subprocess.run(["snakemake", *args]).returncode != 0:
+            print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
+                  file=sys.stderr)
+            return 1
+        before = p.pending
+    print(f"calibrate: stopped after {max_rounds} rounds with runs still planned", file=sys.stderr)
+    return 1
+
+
 def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     """Paths are relative to the current folder (the repository root), as Snakemake's are."""
     from opd import config as C
     from opd import store
     from opd import dag
-    from opd.spec import Experiment
+    from opd import plan
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment or cfg["experiment"]
-    e = Experiment.of(cfg, exp)
+    e = plan.experiment(cfg, exp)  # an adaptive design's runs as the DAG plans them
     specs = dag.train_specs(e, f"results/{exp}/_models")  # as the DAG's (workflow/rules/common.smk)
     bases = {s: dag.base_spec(e, s) for s in e.students} if e.backend == "tiny" else None
     runs = list(specs)

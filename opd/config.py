@@ -361,12 +361,66 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                 for msg in plan.errors(r, e):
                     field, why = msg.split(": ", 1)
                     errors.append(f"{row_label(exp, i, r['name'], lines)}, field {field!r}: verl backend: {why}")
+        if matrix and len(baselines) == 1:
+            errors += adaptive_errors(exp, e, matrix, lines)
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))
             if missing and any(set(r.students or ()) & missing for r in matrix):
                 errors.append(f"{row_label(exp, matrix.index(base), base.name, lines)}, field 'students': the "
                               f"baseline must cover every student other rows use; missing {sorted(missing)}")
+    return errors
+
+
+def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINES) -> list[str]:
+    """The adaptive design's checks (opd.plan): `seeds: sequential` rows and `edges` against the experiment's
+    `sequential` rule, its baseline and its students."""
+    from opd.calibration import SequentialRule
+    errors = []
+    first = next(iter(e["students"]))
+    base = next(r for r in matrix if r.baseline)
+    referenced = {r.reference for r in matrix if r.reference}
+    rule = e.get("sequential")
+    for i, r in enumerate(matrix):
+        if not r.sequential:
+            continue
+        where = f"{row_label(exp, i, r.name, lines)}, field 'seeds'"
+        if rule is None:
+            errors.append(f"{where}: `sequential` needs the experiment's `sequential` rule (max_seeds at least)")
+        if r.baseline or r.name in referenced:
+            errors.append(f"{where}: the {'baseline' if r.baseline else 'reference of another row'} runs its full "
+                          f"design (every comparison with it shares its seeds), so it cannot be sequential")
+        if r.algorithm != "opd":
+            errors.append(f"{where}: an RL row has no Δ verdict for the sequential rule to decide; give it seeds")
+        if r.reference and next((x for x in matrix if x.name == r.reference), base).sequential:
+            errors.append(f"{where}: its reference {r.reference!r} is sequential")
+    if rule is not None:
+        seq = SequentialRule(tau=e["tau"], max_seeds=rule["max_seeds"], start_seeds=rule.get("start_seeds", 1))
+        try:
+            seq.validate(len(base.seeds or e["seeds"]))
+        except ValueError as err:
+            errors.append(f"experiment {exp!r}, field 'sequential.start_seeds': {err}")
+    names = {r.name.lower() for r in matrix}
+    seen = set()
+    for i, x in enumerate(e.get("edges", ())):
+        where = f"experiment {exp!r}, edge {i + 1} ({x['name']!r})"
+        lo, hi = x["bracket"]
+        if not lo < hi:
+            errors.append(f"{where}, field 'bracket': needs lo < hi, got {x['bracket']}")
+        if x["name"].lower() in names or x["name"].lower() in seen:
+            errors.append(f"{where}, field 'name': already the name of a {'row' if x['name'].lower() in names else 'edge'}")
+        seen.add(x["name"].lower())
+        clash = sorted(r.name for r in matrix if r.name.lower().startswith(x["name"].lower() + "-"))
+        if clash:
+            errors.append(f"{where}, field 'name': its rows are named {x['name']}-<value>, as are row(s) {clash}")
+        if len(x["name"]) > 50:
+            errors.append(f"{where}, field 'name': at most 50 characters (its rows add -<value>)")
+        for st in x["students"]:
+            if st not in e["students"]:
+                errors.append(f"{where}, field 'students': unknown student {st!r}; known: {sorted(e['students'])}")
+            elif st not in base.students_or(first):
+                errors.append(f"{where}, field 'students': the baseline {base.name!r} does not run {st!r}, so its "
+                              f"values have nothing to be compared with")
     return errors
 
 
@@ -406,8 +460,10 @@ def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:
 
 
 def runs(cfg: dict, experiment: str | None = None) -> list[Run]:
-    """Every run of an experiment of a validated config (opd.spec.Experiment.runs)."""
-    return Experiment.of(cfg, experiment).runs()
+    """Every run of an experiment of a validated config (opd.spec.Experiment.runs), planned from the results under
+    results/<experiment> where the design is adaptive (opd.plan.experiment)."""
+    from opd import plan
+    return plan.experiment(cfg, experiment).runs()
 
 
 def rows(cfg: dict, experiment: str | None = None) -> list[Row]:

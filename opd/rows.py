@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 
 # Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
 # that editing them never reruns existing runs.
+SEQUENTIAL = "sequential"  # a row's `seeds` when the experiment's sequential rule chooses them
 PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 # What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
 ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw")
@@ -87,7 +88,7 @@ class Row:
     reference: str | None = None  # the row its Delta is measured against (else the baseline)
     guard: Guard | None = None  # the mismatch guard (opd.guard), if the row has one
     students: tuple[str, ...] | None = None  # default: the experiment's first student
-    seeds: tuple[int, ...] | None = None  # default: the experiment's seeds
+    seeds: "tuple[int, ...] | str | None" = None  # default: the experiment's seeds; or SEQUENTIAL (opd.plan)
     description: str | None = None
     given: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the fields written, in order
 
@@ -127,6 +128,11 @@ class Row:
         return {k: v for k, v in self.written().items() if k not in PLACEMENT_FIELDS}
 
     # ------------------------------------------------------------------ predicates
+
+    @property
+    def sequential(self) -> bool:
+        """Its seeds are chosen one at a time by the experiment's sequential rule (`seeds: sequential`, opd.plan)."""
+        return self.seeds == SEQUENTIAL
 
     @property
     def is_plain_opd(self) -> bool:

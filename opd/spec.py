@@ -224,6 +224,31 @@ class RLCollapse(Written):
 
 
 @dataclass(frozen=True)
+class Sequential(Written):
+    """The pre-registered sequential-seeds rule of an experiment's rows with `seeds: sequential` and of its edges
+    (opd.plan; the rule itself is opd.calibration.SequentialRule): a row runs seeds 0 .. start_seeds - 1, then
+    one more while the seed-aware interval of its Delta straddles tau, up to max_seeds. While a row has one seed,
+    its run SD is taken as at most one_seed_ratio x its reference's."""
+    max_seeds: int
+    start_seeds: int = 1
+    one_seed_ratio: float = 1.0
+
+
+@dataclass(frozen=True)
+class Edge(Written):
+    """A budget edge found by bisection (opd.plan.edge_values): rows of `field` at the bracket's ends, then at the
+    geometric midpoint of the largest passing and the smallest failing value until their D are within
+    `factor` or `max_rows` values have run, on each student alone."""
+    name: str
+    field: str
+    bracket: tuple[float, float]
+    students: tuple[str, ...]
+    factor: float = 1.5
+    max_rows: int = 6
+    description: str | None = None
+
+
+@dataclass(frozen=True)
 class KVAttribution(Written):
     """The per-layer FP8 KV-cache attribution's sample."""
     prompts: int = 64
@@ -366,6 +391,10 @@ class Experiment:
     infra: Infra = Infra()
     verl: Verl | None = None
     description: str | None = None
+    sequential: Sequential | None = None  # the rule of rows with `seeds: sequential` (opd.plan)
+    edges: tuple[Edge, ...] = ()  # bisected edges; their rows are added by opd.plan.planned
+    # the seeds opd.plan chose so far for each sequential row and student, ((row, student, seeds), ...)
+    planned: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
     @classmethod
     def of(cls, cfg: dict, name: str | None = None) -> "Experiment":
@@ -384,7 +413,14 @@ class Experiment:
             rl_collapse=RLCollapse.of(e.get("rl_collapse"), f"{where}, rl_collapse"),
             kv_attribution=KVAttribution.of(e.get("kv_attribution"), f"{where}, kv_attribution"),
             infra=Infra.of(e.get("infra"), f"{where}, infra"),
-            verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"))
+            verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"),
+            sequential=Sequential.of(e["sequential"], f"{where}, sequential") if "sequential" in e else None,
+            edges=tuple(Edge.of(x, f"{where}, edge {i + 1}") for i, x in enumerate(e.get("edges", ()))))
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether opd.plan chooses some of its runs from the results (sequential rows or edges)."""
+        return bool(self.edges) or any(r.sequential for r in self.rows)
 
     @property
     def slurm(self) -> Slurm:
@@ -406,9 +442,24 @@ class Experiment:
             raise KeyError(f"experiment {self.name!r} has no row {name!r}") from None
 
     def runs(self) -> list[Run]:
-        """Every run: each row x its students (default: the primary) x its seeds (default: the experiment's)."""
+        """Every run: each row x its students (default: the primary) x its seeds (seeds_of)."""
         return [Run(run_id(r.name, s, seed), self.name, r, s, seed)
-                for r in self.rows for s in r.students_or(self.primary) for seed in r.seeds or self.seeds]
+                for r in self.rows for s in r.students_or(self.primary) for seed in self.seeds_of(r, s)]
+
+    def seeds_of(self, row: Row, student: str) -> tuple[int, ...]:
+        """The seeds a row runs on a student: its own, else the experiment's; for `seeds: sequential` the ones
+        opd.plan chose from the results so far (`planned`; before any, the rule's first seeds)."""
+        if not row.sequential:
+            return row.seeds or self.seeds
+        chosen = {(r, s): seeds for r, s, seeds in self.planned}
+        return chosen.get((row.name, student), tuple(range(self.sequential.start_seeds if self.sequential else 1)))
+
+    def resolved_row(self, row: Row) -> dict:
+        """A row as rows.parquet holds it (Row.resolved), a sequential row's seeds those chosen on any student."""
+        out = row.resolved()
+        if row.sequential:
+            out["seeds"] = sorted({s for st in row.students_or(self.primary) for s in self.seeds_of(row, st)})
+        return out
 
     def settings(self, row: Row) -> Settings:
         """A run of `row`'s training settings."""

@@ -51,7 +51,8 @@ def experiment_of(cfg: dict, name: str | None = None) -> Experiment:
     name = name or cfg["experiment"]
     if name not in cfg["experiments"]:
         raise C.ConfigError(f"unknown experiment {name!r}; known: {sorted(cfg['experiments'])}")
-    return Experiment.of(cfg, name)
+    from opd import plan
+    return plan.experiment(cfg, name)  # with an adaptive design's rows as the DAG plans them
 
 
 def find_row(exp: Experiment, name: str) -> Row:
@@ -64,7 +65,7 @@ def find_row(exp: Experiment, name: str) -> Row:
 
 
 def run_ids(exp: Experiment, row: Row, student: str) -> list[str]:
-    return [run_id(row.name, student, s) for s in (row.seeds or exp.seeds)]
+    return [run_id(row.name, student, s) for s in exp.seeds_of(row, student)]
 
 
 def out_dir(exp: Experiment) -> Path:

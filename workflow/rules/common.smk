@@ -9,11 +9,26 @@ import sys
 
 from opd import dag
 from opd import outputs as O
+from opd import store
 from opd.spec import Experiment, run_id
 
 EXPERIMENT = Experiment.of(config)
 EXP = EXPERIMENT.name
 E = config["experiments"][EXP]  # the experiment as config.yaml writes it (passed on where a script reads that form)
+# The adaptive design (opd.plan), where the experiment has one: the sequential rows' seeds and the edges' rows,
+# planned from the complete runs on disk each time the DAG is built. One snakemake call trains the round planned
+# when it starts; `snakemake -n` shows it; `python -m opd.cli calibrate` calls snakemake until nothing is left.
+PLAN = None
+if EXPERIMENT.adaptive:
+    from opd import plan as P
+
+    # from checked runs only: the runs a plan reads go through the cache check below first (opd.store.heal_runs)
+    PLAN = P.checked(EXPERIMENT, f"results/{EXP}", lambda e: store.heal_runs(
+        f"results/{EXP}", [r.run_id for r in e.runs()], ledger=f".snakemake/opd/verified-{EXP}.json",
+        specs=dag.train_specs(e, f"results/{EXP}/_models")))
+    EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
+    for line in PLAN.summary():
+        print(line, file=sys.stderr, flush=True)
 BACKEND = EXPERIMENT.backend
 ROWS = {r.name: r for r in EXPERIMENT.rows}  # opd.rows.Row: defaults and predicates, written once
 BASELINE = EXPERIMENT.baseline.name
@@ -54,7 +69,6 @@ SPECS = dag.train_specs(EXPERIMENT, MODELS)
 # last hashed them). A damaged or stale run is named on stderr and its files move to {OUT}/_quarantine/; it and
 # a run found incomplete or missing are logged there, and the log is an input of the analysis: the DAG reruns
 # exactly those runs, whatever else is up to date.
-from opd import store
 DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS,
                           base_specs={s: dag.base_spec(EXPERIMENT, s) for s in EXPERIMENT.students}
                           if BACKEND == "tiny" else None)
@@ -175,7 +189,7 @@ def scoped_runs():
 
 def scoped_rows():
     """The rows in scope, resolved (opd.rows.Row.resolved): the analysis's `rows` parameter."""
-    return [ROWS[name].resolved() for name in scope().rows]
+    return [EXPERIMENT.resolved_row(ROWS[name]) for name in scope().rows]
 
 
 def scoped_admission():

@@ -1,0 +1,319 @@
+"""The adaptive design, opt-in per experiment: runs spent only where a decision is still open.
+
+- Sequential seeds: a row with `seeds: sequential` runs the experiment's `sequential.start_seeds` seeds, then one
+  more seed while the seed-aware interval of its Delta straddles tau, up to `max_seeds`
+  (opd.calibration.SequentialRule and next_seeds: the pre-registered rule and its simulated error rates).
+- Bisected edges: an `edges` entry trains rows of one numeric engine field (noise_sigma) at its bracket's two ends,
+  then at the geometric midpoint of the largest passing and the smallest failing value, until the two values' D are
+  within `factor` or `max_rows` values have run, on each of its students alone. A value's verdict is the seed-aware
+  rule's on its (sequential, where the experiment has a rule) seeds.
+
+The plan is a pure function of the configuration and the results on disk: `planned` replays every decision from
+the complete runs each time the DAG is built, so the same results give the same next runs, a killed round resumes
+(its missing runs are planned again), and Slurm plans as the local launcher does (Snakemake builds the DAG on the
+submitting host). One `snakemake` call trains one round: the runs planned when it starts. `snakemake -n` shows the
+next round; `python -m opd.cli calibrate` calls snakemake until a round plans nothing new. Each planned row is an
+ordinary row of the DAG (cached, checked, analysed and shown like any other); an edge's rows are named
+`<edge>-<value>` with the value's digits (0.0632: `0p0632`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from opd import calibration as cal
+from opd import stats
+from opd.rows import SEQUENTIAL, Row
+from opd.spec import Edge, Experiment, run_id
+
+DIGITS = 4  # an edge value's significant digits: its row name and the value trained are the same number
+
+
+# ---------------------------------------------------------------- what the plan reads: the complete runs' results
+
+class RunResult(NamedTuple):
+    """A complete run's final held-out KL per problem (indexed by prompt_id) and its D (mean d_n over its steps)."""
+    kl: pd.Series
+    D: float
+
+
+class Results:
+    """The complete runs of an experiment's folder (results/<experiment>), read once each when first asked: a run
+    is there when its run.json says complete (opd.store.is_complete; the cache check moves damaged runs aside)."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self._cache: dict[str, RunResult | None] = {}
+
+    def get(self, rid: str) -> RunResult | None:
+        if rid not in self._cache:
+            self._cache[rid] = self._read(self.out / "runs" / rid)
+        return self._cache[rid]
+
+    @staticmethod
+    def _read(run_dir: Path) -> RunResult | None:
+        from opd import store
+        if not store.is_complete(run_dir) or not (run_dir / "heldout.parquet").exists():
+            return None  # not trained yet (verl: or not yet evaluated, rule heldout)
+        held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
+        steps = store.read_table(run_dir / "steps.parquet")
+        return RunResult(held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean()))
+
+
+class Given(Results):
+    """Results given in memory (run id -> RunResult): the tests' and the benchmarks' replay of a design."""
+
+    def __init__(self, runs: Mapping[str, RunResult]):
+        super().__init__(".")
+        self._cache = dict(runs)
+
+    def get(self, rid: str) -> RunResult | None:
+        return self._cache.get(rid)
+
+
+# ---------------------------------------------------------------- one row on one student
+
+class RowState(NamedTuple):
+    """Where a row's sequential seeds stand on one student: the seeds to have (those run and those planned next),
+    whether its verdict is decided, and on the seeds run when it is: Delta, the interval and the verdict."""
+    seeds: tuple[int, ...]
+    decided: bool
+    delta: float = np.nan
+    ci_lo: float = np.nan
+    ci_hi: float = np.nan
+    verdict: str | None = None
+    D: float = np.nan
+
+
+def rule_of(e: Experiment) -> cal.SequentialRule:
+    """The experiment's sequential rule (opd.calibration.SequentialRule) at its tau and bootstrap settings; without
+    a `sequential` entry, a rule that runs every seed of the experiment at once."""
+    s = e.sequential
+    n = s.max_seeds if s else len(e.seeds)
+    return cal.SequentialRule(tau=e.tau, max_seeds=n, start_seeds=s.start_seeds if s else n,
+                              one_seed_ratio=s.one_seed_ratio if s else 1.0, n_boot=e.bootstrap.resamples,
+                              ci=e.bootstrap.level, seed=e.bootstrap.seed)
+
+
+def _matrix(results: list[RunResult]) -> np.ndarray:
+    """(S, n) final KL of runs, on the problems every one of them has, in prompt_id order."""
+    common = results[0].kl.index
+    for r in results[1:]:
+        common = common.intersection(r.kl.index)
+    return np.stack([r.kl.loc[common].to_numpy(float) for r in results])
+
+
+def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowState:
+    """A row's state on one student. Sequential (row.sequential): its first seeds 0, 1, ... that are complete in
+    order; while fewer than the rule's start seeds are, or the reference row's seeds are not all complete, the
+    next seeds are the ones to run up to the start; after that opd.calibration.next_seeds decides. A fixed row's
+    seeds are all its seeds, decided once they are all complete."""
+    rule = rule_of(e)
+    ref = e.row(row.reference) if row.reference else e.baseline
+    ref_runs = [results.get(run_id(ref.name, student, s)) for s in e.seeds_of(ref, student)]
+    candidates = tuple(range(rule.max_seeds)) if row.sequential else tuple(e.seeds_of(row, student))
+    done = []
+    for s in candidates:
+        r = results.get(run_id(row.name, student, s))
+        if r is None:
+            break
+        done.append(r)
+    start = rule.start_seeds if row.sequential else len(candidates)
+    if len(done) < start or any(r is None for r in ref_runs):
+        return RowState(candidates[:max(start, len(done))], False)
+    ref_seeds = np.asarray(e.seeds_of(ref, student))
+    m = _matrix([*done, *ref_runs])
+    kc, kb = m[:len(done)], m[len(done):]
+    n = start  # the rule in order: the first seeds on which the interval clears tau (or max_seeds) decide
+    while True:
+        iv = cal.interval_on_seeds(kc[:n], kb, rule, seeds_base=ref_seeds)
+        if not row.sequential or n >= rule.max_seeds or not cal.straddles(iv.ci_lo, iv.ci_hi, rule.tau):
+            break
+        if n == len(done):
+            return RowState(candidates[:n + 1], False)
+        n += 1
+    verdict = "fail" if bool(stats.fails(*iv, rule.tau)) else "pass"
+    return RowState(candidates[:n], True, float(iv.delta), float(iv.ci_lo), float(iv.ci_hi), verdict,
+                    float(np.mean([r.D for r in done[:n]])))
+
+
+# ---------------------------------------------------------------- one edge on one student
+
+def value_text(v: float) -> str:
+    """An edge value as a row name holds it: DIGITS significant digits, `.` written `p` (0.0632: 0p0632)."""
+    return f"{v:.{DIGITS}g}".replace(".", "p").replace("-", "m").replace("+", "")
+
+
+def rounded(v: float) -> float:
+    return float(f"{v:.{DIGITS}g}")
+
+
+def edge_row(e: Experiment, edge: Edge, student: str, value: float) -> Row:
+    """The row an edge trains at one value on one student (sequential where the experiment has a rule)."""
+    fields = {"name": f"{edge.name}-{value_text(value)}", edge.field: value, "students": [student],
+              **({"seeds": SEQUENTIAL} if e.sequential else {}),
+              "description": f"edge {edge.name!r}: {edge.field} = {value:g}, bisected on {student} (opd.plan)"}
+    return Row.of(fields)
+
+
+class EdgeStep(NamedTuple):
+    """One value of a bisected edge: its row and its state on the edge's student."""
+    value: float
+    row: Row
+    state: RowState
+
+
+class EdgeState(NamedTuple):
+    """A bisected edge on one student: the values in the order the bisection chose them, the bracket [largest
+    passing, smallest failing] value so far (NaN where that side has none) with their D, and why it stopped
+    (None while running): `factor` (the bracket's D within the edge's factor), `max_rows`, or `digits` (the
+    midpoint rounds onto a value already run)."""
+    edge: str
+    student: str
+    steps: tuple[EdgeStep, ...]
+    lo: float
+    hi: float
+    D_lo: float
+    D_hi: float
+    stopped: str | None
+
+    @property
+    def factor(self) -> float:
+        return self.D_hi / self.D_lo if self.D_lo > 0 else np.nan
+
+
+def _bracket(steps):
+    """The largest passing value below the smallest failing one, and the smallest failing value (NaN: none)."""
+    fails = [s for s in steps if s.state.verdict == "fail"]
+    hi = min(fails, key=lambda s: s.value) if fails else None
+    passes = [s for s in steps if s.state.verdict == "pass" and (hi is None or s.value < hi.value)]
+    lo = max(passes, key=lambda s: s.value) if passes else None
+    return lo, hi
+
+
+def edge_state(e: Experiment, edge: Edge, student: str, results: Results) -> EdgeState:
+    """Replays the bisection of one edge on one student from the results: the bracket's two ends first; then,
+    once every value so far is decided, the next value: the geometric midpoint of the bracket, or beyond the end
+    that does not straddle the edge by the bracket's ratio; until the bracket's D are within edge.factor or
+    edge.max_rows values have run. Undecided values are the frontier the next runs train."""
+    lo0, hi0 = (rounded(v) for v in edge.bracket)
+    ratio = hi0 / lo0
+    values = [lo0, hi0]
+    while True:
+        steps = [EdgeStep(v, r := edge_row(e, edge, student, v), row_state(e, r, student, results)) for v in values]
+        lo, hi = _bracket(steps)
+        bracket = (lo.value if lo else np.nan, hi.value if hi else np.nan, lo.state.D if lo else np.nan,
+                   hi.state.D if hi else np.nan)
+        if not all(s.state.decided for s in steps):
+            return EdgeState(edge.name, student, tuple(steps), *bracket, None)
+        if lo and hi and hi.state.D <= edge.factor * lo.state.D:
+            return EdgeState(edge.name, student, tuple(steps), *bracket, "factor")
+        if len(values) >= edge.max_rows:
+            return EdgeState(edge.name, student, tuple(steps), *bracket, "max_rows")
+        if lo and hi:
+            nxt = rounded(np.sqrt(lo.value * hi.value))
+        elif hi:  # every value below the smallest failing one fails: look lower
+            nxt = rounded(min(values) / ratio)
+        else:  # nothing fails: look higher
+            nxt = rounded(max(values) * ratio)
+        if nxt in values:
+            return EdgeState(edge.name, student, tuple(steps), *bracket, "digits")
+        values.append(nxt)
+
+
+# ---------------------------------------------------------------- the experiment as the DAG builds it
+
+@dataclass(frozen=True)
+class Plan:
+    """The experiment with its adaptive parts resolved from the results so far: `experiment` (every sequential
+    row's seeds chosen, every edge's rows added), the sequential rows' states ((row, student) -> RowState) and
+    the edges' (EdgeState). `pending`: the experiment's runs without a complete result (the round the next
+    `snakemake` trains, fixed rows' runs included); `open`: rows or edges whose decision is still open."""
+    experiment: Experiment
+    rows: dict
+    edges: tuple[EdgeState, ...]
+    pending: tuple[str, ...]
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(self.rows or self.edges)
+
+    def written(self, experiment: dict) -> dict:
+        """The experiment as config.yaml writes it (`experiment`) with the edges' rows added, as they would be
+        written: the form opd.outputs decides the outputs from."""
+        ours = {r["name"] for r in experiment["rows"]}
+        return {**experiment, "rows": [*experiment["rows"],
+                                       *(r.written() for r in self.experiment.rows if r.name not in ours)]}
+
+    @property
+    def open(self) -> list[str]:
+        return ([f"row {r!r} on {s}" for (r, s), st in self.rows.items() if not st.decided]
+                + [f"edge {x.edge!r} on {x.student}" for x in self.edges if x.stopped is None])
+
+    def summary(self) -> list[str]:
+        """One line per sequential row and edge: what it ran and where it stands."""
+        out = []
+        for (r, s), st in self.rows.items():
+            state = (f"decided: {st.verdict} (Δ {st.delta:+.1%}, seed-aware [{st.ci_lo:+.1%}, {st.ci_hi:+.1%}])"
+                     if st.decided else "undecided")
+            out.append(f"plan: row {r!r} on {s}: seeds {list(st.seeds)}, {state}")
+        for x in self.edges:
+            tried = ", ".join(f"{v.value:g} {v.state.verdict or '?'}" for v in x.steps)
+            where = (f"bracket [{x.lo:g}, {x.hi:g}], D [{x.D_lo:.3g}, {x.D_hi:.3g}] (x{x.factor:.2f})"
+                     if np.isfinite(x.lo) and np.isfinite(x.hi) else f"no bracket yet (pass ≤ {x.lo:g}, fail ≥ {x.hi:g})")
+            out.append(f"plan: edge {x.edge!r} on {x.student}: {len(x.steps)} values ({tried}); {where}; "
+                       + (f"stopped ({x.stopped})" if x.stopped else "open"))
+        if self.adaptive:
+            out.append(f"plan: {len(self.pending)} run(s) to train this round" + (
+                "; open: " + ", ".join(self.open) if self.open else "; every decision is made"))
+        return out
+
+
+def planned(e: Experiment, results: Results) -> Plan:
+    """The experiment's Plan from the results so far (deterministic in them)."""
+    rule_rows = [r for r in e.rows if r.sequential]
+    states = {(r.name, s): row_state(e, r, s, results) for r in rule_rows for s in r.students_or(e.primary)}
+    edges = tuple(edge_state(e, x, s, results) for x in e.edges for s in x.students)
+    new_rows = tuple(step.row for x in edges for step in x.steps)
+    chosen = tuple((r, s, st.seeds) for (r, s), st in states.items())
+    chosen += tuple((step.row.name, x.student, step.state.seeds) for x in edges for step in x.steps
+                    if step.row.sequential)
+    out = replace(e, rows=e.rows + new_rows, planned=chosen)
+    pending = tuple(r.run_id for r in out.runs() if results.get(r.run_id) is None)
+    return Plan(out, states, edges, pending)
+
+
+def checked(e: Experiment, out: str | Path, check) -> Plan:
+    """The Plan from checked results only: `check(experiment)` checks the complete runs of a planned experiment
+    (opd.store.heal_runs: a damaged or stale run is moved aside) and returns heal_runs' {run_id: (problems,
+    where it was moved or None)}; planned again while a run it read was moved aside (each time one is at least,
+    so it ends). A damaged run that could not be moved is left to the jobs that read it, as heal_runs says."""
+    while True:
+        plan = planned(e, Results(out))
+        if not any(moved for _, moved in check(plan.experiment).values()):
+            return plan
+
+
+def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Experiment:
+    """Experiment `name` of a validated config as the DAG builds it: planned from the results under `out`
+    (default results/<name>) where it is adaptive, as it is otherwise."""
+    e = Experiment.of(cfg, name)
+    return planned(e, Results(out or f"results/{e.name}")).experiment if e.adaptive else e
+
+
+def edges_frame(plan: Plan) -> pd.DataFrame:
+    """Every edge's values in the order tried: edge, student, order, value, row, seeds, verdict, delta, ci_lo, ci_hi,
+    D, and the edge's bracket so far (lo, hi, D_lo, D_hi, stopped)."""
+    out = []
+    for x in plan.edges:
+        for i, st in enumerate(x.steps):
+            s = st.state
+            out.append({"edge": x.edge, "student": x.student, "order": i, "value": st.value, "row": st.row.name,
+                        "n_seeds": len(s.seeds), "verdict": s.verdict, "delta": s.delta, "ci_lo": s.ci_lo,
+                        "ci_hi": s.ci_hi, "D": s.D, "lo": x.lo, "hi": x.hi, "D_lo": x.D_lo, "D_hi": x.D_hi,
+                        "stopped": x.stopped})
+    return pd.DataFrame(out)
