@@ -51,6 +51,9 @@ VERDICTS_BEFORE = V.before(config, EXP)
 
 onsuccess:
     V.announce(config, EXP, VERDICTS_BEFORE)
+    if PLAN is not None:  # an adaptive design (opd.plan): where it stands now, and whether a round is left
+        for line in P.next_round(Experiment.of(config), OUT):
+            print(line, file=sys.stderr, flush=True)
 
 
 rule all:

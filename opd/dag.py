@@ -78,16 +78,16 @@ def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | N
 def probe_rows(e: Experiment) -> list[Row]:
     """The mechanism stage's probed rows (tiny backend; workflow/rules/mechanism.smk): the budget rows of the
     baseline, noise and staleness families that run the primary student (not a redrawn-direction noise row: the
-    probes key on a fixed noise direction)."""
+    probes key on a fixed noise direction; not an adaptive design's row, opd.plan's to choose)."""
     if e.backend != "tiny":
         return []
     return [r for r in e.rows if r.in_budget and r.family in ("baseline", "noise", "staleness")
-            and not r.noise_redraw and e.primary in r.students_or(e.primary)]
+            and not r.noise_redraw and e.primary in r.students_or(e.primary) and not e.is_adaptive_row(r)]
 
 
 def probe_runs(e: Experiment) -> list[str]:
     """The probed runs: the primary student's first-seed run of each probed row."""
-    return [run_id(r.name, e.primary, (r.seeds or e.seeds)[0]) for r in probe_rows(e)]
+    return [run_id(r.name, e.primary, e.seeds_of(r, e.primary)[0]) for r in probe_rows(e)]
 
 
 def probes(e: Experiment) -> Probes:

@@ -264,7 +264,9 @@ class Plan:
         for x in self.edges:
             tried = ", ".join(f"{v.value:g} {v.state.verdict or '?'}" for v in x.steps)
             where = (f"bracket [{x.lo:g}, {x.hi:g}], D [{x.D_lo:.3g}, {x.D_hi:.3g}] (x{x.factor:.2f})"
-                     if np.isfinite(x.lo) and np.isfinite(x.hi) else f"no bracket yet (pass ≤ {x.lo:g}, fail ≥ {x.hi:g})")
+                     if np.isfinite(x.lo) and np.isfinite(x.hi) else f"no fail yet (largest pass {x.lo:g})"
+                     if np.isfinite(x.lo) else f"no pass below the smallest fail ({x.hi:g}) yet" if np.isfinite(x.hi)
+                     else "no verdict yet")
             out.append(f"plan: edge {x.edge!r} on {x.student}: {len(x.steps)} values ({tried}); {where}; "
                        + (f"stopped ({x.stopped})" if x.stopped else "open"))
         if self.adaptive:
@@ -285,6 +287,16 @@ def planned(e: Experiment, results: Results) -> Plan:
     out = replace(e, rows=e.rows + new_rows, planned=chosen)
     pending = tuple(r.run_id for r in out.runs() if results.get(r.run_id) is None)
     return Plan(out, states, edges, pending)
+
+
+def next_round(e: Experiment, out: str | Path) -> list[str]:
+    """What a `snakemake` call says when it ends (`e` the experiment as configured, unplanned): the plan the
+    results now give, and if it has runs to train, how to train them."""
+    p = planned(e, Results(out))
+    if not p.pending:
+        return p.summary()
+    return p.summary() + [f"plan: the next round trains {len(p.pending)} run(s): run snakemake again (`snakemake -n` "
+                          f"shows them), or `python -m opd.cli calibrate -- -c 2` for every round to the end"]
 
 
 def checked(e: Experiment, out: str | Path, check) -> Plan:

@@ -422,6 +422,10 @@ class Experiment:
         """Whether opd.plan chooses some of its runs from the results (sequential rows or edges)."""
         return bool(self.edges) or any(r.sequential for r in self.rows)
 
+    def is_adaptive_row(self, row: Row) -> bool:
+        """A row whose runs opd.plan chooses: `seeds: sequential`, or an edge's (named <edge>-<value>)."""
+        return row.sequential or any(row.name.startswith(x.name + "-") for x in self.edges)
+
     @property
     def slurm(self) -> Slurm:
         return self.launcher.slurm
