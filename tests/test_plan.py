@@ -1,0 +1,240 @@
+"""opd.plan, the adaptive design: sequential seeds and bisected edges planned from the results on disk; their
+validation; and one real round-by-round calibration through snakemake."""
+import copy
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from opd import config as C
+from opd import plan as P
+from opd import store
+from opd.spec import Experiment
+from conftest import edit_config, planned, planned_runs, snakemake
+
+N = 300  # problems
+TAU = 0.20
+
+
+def experiment(toy_config, *, rows=(), sequential=None, edges=(), base_seeds=(0, 1, 2, 3)):
+    """The toy experiment cut to qwen-s: its baseline with `base_seeds`, and the given rows, rule and edges."""
+    cfg = copy.deepcopy(toy_config)
+    e = cfg["experiments"]["toy"]
+    base = next(r for r in e["rows"] if r.get("baseline"))
+    e["rows"] = [{**base, "students": ["qwen-s"], "seeds": list(base_seeds)}, *rows]
+    if sequential:
+        e["sequential"] = sequential
+    if edges:
+        e["edges"] = list(edges)
+    cfg["experiments"] = {"toy": e}
+    C.validate(cfg)
+    return Experiment.of(cfg)
+
+
+class World:
+    """Synthetic results: problem KL mu_x; a run of a row with true Delta `delta` has K = mu (1 + delta) x a seed
+    effect (SD run_sd) x a per-problem interaction (SD 0.3), and D = 0.001 + value^2 on an edge."""
+
+    def __init__(self, delta_of, run_sd=0.02, seed=0):
+        self.delta_of, self.run_sd = delta_of, run_sd
+        self.mu = np.random.default_rng(seed).gamma(1.0, 0.05, N)
+        self.results = {}
+
+    def result(self, e, rid):
+        row, student, s = rid.split(".")
+        r = e.row(row)
+        rng = np.random.default_rng([hash(row) % 2**32, int(s[1:])])
+        k = (self.mu * (1 + self.delta_of(r)) * np.exp(rng.normal(0, self.run_sd))
+             * np.exp(rng.normal(0, 0.3, N) - 0.045))
+        return P.RunResult(pd.Series(k, index=np.arange(N)), 0.001 + r.noise_sigma ** 2)
+
+    def train(self, plan, only=None):
+        """Train what the plan has pending (or the runs `only` names): the results a round would leave."""
+        for rid in plan.pending if only is None else only:
+            self.results[rid] = self.result(plan.experiment, rid)
+
+    def given(self):
+        return P.Given(self.results)
+
+
+def calibrate(e, world, rounds=30):
+    """Rounds until nothing is pending: the plans, one per round."""
+    plans = []
+    for _ in range(rounds):
+        plans.append(P.planned(e, world.given()))
+        if not plans[-1].pending:
+            return plans
+        world.train(plans[-1])
+    raise AssertionError("the plan did not end")
+
+
+def quadratic(edge_at):
+    """Delta = tau at noise_sigma = edge_at, growing with sigma^2 (D grows with it too)."""
+    return lambda r: TAU * (r.noise_sigma / edge_at) ** 2
+
+
+# ---------------------------------------------------------------- sequential seeds
+
+def test_a_sequential_row_runs_one_seed_where_it_is_clear_and_more_only_while_it_straddles_tau(toy_config):
+    rule = {"max_seeds": 3}
+    rows = [{"name": "far", "noise_sigma": 0.3, "seeds": "sequential"},
+            {"name": "near", "noise_sigma": 0.1, "seeds": "sequential"},
+            {"name": "same", "noise_sigma": 0.01, "seeds": "sequential"}]
+    e = experiment(toy_config, rows=rows, sequential=rule)
+    deltas = {"far": 2.0, "near": TAU, "same": 0.0, "bf16": 0.0}
+    world = World(lambda r: deltas[r.name], run_sd=0.02)
+    first = P.planned(e, world.given())
+    # before any result: the baseline's seeds and each row's first seed, nothing decided
+    assert set(first.pending) == {f"bf16.qwen-s.s{s}" for s in range(4)} | {f"{r}.qwen-s.s0" for r in deltas if r != "bf16"}
+    assert first.open and not any(st.decided for st in first.rows.values())
+    plans = calibrate(e, world)
+    end = plans[-1].rows
+    assert end[("far", "qwen-s")].seeds == (0,) and end[("far", "qwen-s")].verdict == "fail"
+    assert end[("same", "qwen-s")].seeds == (0,) and end[("same", "qwen-s")].verdict == "pass"
+    near = end[("near", "qwen-s")]
+    assert near.decided and near.seeds == (0, 1, 2)  # at tau the interval straddles it to max_seeds
+    # each round adds one seed to an undecided row, in order
+    grown = [p.rows[("near", "qwen-s")].seeds for p in plans]
+    assert grown == sorted(grown, key=len) and all(len(b) - len(a) <= 1 for a, b in zip(grown, grown[1:]))
+    # the planned experiment's runs are exactly what was chosen: no seed 1 of `far`
+    runs = {r.run_id for r in plans[-1].experiment.runs()}
+    assert "far.qwen-s.s0" in runs and "far.qwen-s.s1" not in runs and "near.qwen-s.s2" in runs
+
+
+def test_the_plan_is_a_function_of_the_results_and_waits_for_the_reference(toy_config):
+    e = experiment(toy_config, rows=[{"name": "x", "noise_sigma": 0.1, "seeds": "sequential"}],
+                   sequential={"max_seeds": 3})
+    world = World(lambda r: 0.0 if r.baseline else TAU)
+    p = P.planned(e, world.given())
+    world.train(p, only=["x.qwen-s.s0", "bf16.qwen-s.s0"])  # the baseline not complete: no decision, no seed 1
+    waiting = P.planned(e, world.given())
+    assert waiting.rows[("x", "qwen-s")] == P.RowState((0,), False)
+    world.train(waiting)
+    a, b = P.planned(e, world.given()), P.planned(e, P.Given(dict(world.results)))
+    assert a.pending == b.pending and a.rows == b.rows
+    # results beyond the rule's stopping point (here: a seed 2 run left by a full design) change nothing
+    world.results["x.qwen-s.s2"] = world.result(a.experiment, "x.qwen-s.s2")
+    assert P.planned(e, world.given()).rows[("x", "qwen-s")].seeds == a.rows[("x", "qwen-s")].seeds
+
+
+# ---------------------------------------------------------------- bisected edges
+
+EDGE = {"name": "edge", "field": "noise_sigma", "bracket": [0.02, 0.2], "students": ["qwen-s"], "factor": 1.5,
+        "max_rows": 8}
+
+
+@pytest.mark.parametrize("edge_at", [0.05, 0.11])
+def test_an_edge_is_bisected_to_its_factor_in_d(toy_config, edge_at):
+    e = experiment(toy_config, edges=[EDGE])
+    world = World(quadratic(edge_at), run_sd=0.01)
+    plans = calibrate(e, world)
+    x = plans[-1].edges[0]
+    values = [s.value for s in x.steps]
+    assert values[:2] == [0.02, 0.2] and len(values) == len(set(values))
+    for i in range(2, len(values)):  # each next value: the geometric midpoint of the bracket before it
+        before = P.EdgeState(*plans[0].edges[0][:2], x.steps[:i], *[np.nan] * 4, None)
+        lo, hi = P._bracket(before.steps)
+        assert values[i] == P.rounded(np.sqrt(lo.value * hi.value))
+    assert x.stopped == "factor" and x.D_hi <= 1.5 * x.D_lo
+    assert x.lo < edge_at * 1.1 and x.hi > edge_at * 0.9  # the true edge (Delta = tau) inside, up to the noise
+    # every value's row is named by its value, and trains exactly that value
+    for s in x.steps:
+        assert s.row.name == f"edge-{P.value_text(s.value)}" and s.row.noise_sigma == s.value
+        assert float(s.row.name.split("-", 1)[1].replace("p", ".")) == s.value
+    assert len(values) < 8  # fewer than a grid at the same resolution (0.02..0.2 by 1.22x in sigma: 13 rows)
+
+
+def test_an_edge_outside_its_bracket_is_looked_for_beyond_it_and_stops_at_max_rows(toy_config):
+    e = experiment(toy_config, edges=[{**EDGE, "bracket": [0.01, 0.02], "max_rows": 4}])
+    x = calibrate(e, World(quadratic(0.3), run_sd=0.01))[-1].edges[0]
+    assert [s.value for s in x.steps] == [0.01, 0.02, 0.04, 0.08]  # every value passes: up by the bracket's ratio
+    assert x.stopped == "max_rows" and np.isnan(x.hi)
+
+
+def test_edges_frame_lists_every_value_in_order(toy_config):
+    e = experiment(toy_config, edges=[EDGE])
+    p = calibrate(e, World(quadratic(0.07), run_sd=0.01))[-1]
+    f = P.edges_frame(p)
+    assert list(f["order"]) == list(range(len(p.edges[0].steps)))
+    assert set(f["verdict"]) <= {"pass", "fail"} and (f["value"] > 0).all()
+
+
+def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_config, tmp_path):
+    e = experiment(toy_config, edges=[EDGE])
+    moved = []
+
+    def check(planned_experiment):  # the first call moves one run aside, as heal_runs does a damaged one
+        if moved:
+            return {}
+        moved.append(1)
+        return {"edge-0p02.qwen-s.s0": (["damaged"], tmp_path)}
+    plan = P.checked(e, tmp_path, check)
+    assert len(moved) == 1 and "edge-0p02.qwen-s.s0" in plan.pending
+
+
+# ---------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("change, message", [
+    (lambda e: e["rows"].append({"name": "x", "noise_sigma": 0.1, "seeds": "sequential"}),
+     "row 2 ('x'), field 'seeds': `sequential` needs the experiment's `sequential` rule"),
+    (lambda e: (e.update(sequential={"max_seeds": 2}), e["rows"][0].update(seeds="sequential")),
+     "field 'seeds': the baseline runs its full design"),
+    (lambda e: (e.update(sequential={"max_seeds": 2}),
+                e["rows"].append({"name": "r", "algorithm": "reinforce", "seeds": "sequential"})),
+     "an RL row has no Δ verdict"),
+    (lambda e: e.update(edges=[{**EDGE, "bracket": [0.2, 0.1]}]), "edge 1 ('edge'), field 'bracket': needs lo < hi"),
+    (lambda e: e.update(edges=[{**EDGE, "students": ["nobody"]}]), "field 'students': unknown student 'nobody'"),
+    (lambda e: e.update(edges=[{**EDGE, "name": "bf16"}]), "field 'name': already the name of a row"),
+    (lambda e: (e["rows"].append({"name": "edge-1", "noise_sigma": 0.1}), e.update(edges=[EDGE])),
+     "its rows are named edge-<value>, as are row(s) ['edge-1']"),
+    (lambda e: e.update(sequential={"max_seeds": 2}, edges=[{**EDGE, "field": "lr"}]), "'lr' is not one of"),
+])
+def test_an_adaptive_design_that_cannot_run_is_named_before_any_job(toy_config, change, message):
+    cfg = copy.deepcopy(toy_config)
+    e = cfg["experiments"]["toy"]
+    e["rows"] = [next(r for r in e["rows"] if r.get("baseline"))]
+    change(e)
+    with pytest.raises(C.ConfigError, match=None) as err:
+        C.validate(cfg)
+    assert message in str(err.value), str(err.value)
+
+
+# ---------------------------------------------------------------- through snakemake, round by round
+
+def small_edge(c):
+    """One student, the baseline at 3 seeds and an edge of 3 values at one seed each, 6 short steps a run."""
+    e = c["experiments"]["toy"]
+    e["students"] = {"qwen-s": e["students"]["qwen-s"]}
+    e["seeds"] = [0]
+    e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
+    e["infra"]["window"] = [0, 6]
+    e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1, 2]} for r in e["rows"] if r.get("baseline")]
+    e["edges"] = [{"name": "edge", "field": "noise_sigma", "bracket": [0.05, 0.2], "max_rows": 3,
+                   "students": ["qwen-s"]}]
+
+
+def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
+    edit_config(clone, small_edge)
+    first = planned_runs(planned(clone, "analysis"))
+    assert first == {"bf16.qwen-s.s0", "bf16.qwen-s.s1", "bf16.qwen-s.s2", "edge-0p05.qwen-s.s0", "edge-0p2.qwen-s.s0"}
+    r = snakemake(clone, "-c", "2", "analysis")
+    assert "plan: the next round trains 1 run(s)" in r.stderr  # said at the end of the round
+    cfg = C.load(clone / "config.yaml")
+    e = Experiment.of(cfg)
+    now = P.planned(e, P.Results(clone / "results" / "toy"))
+    second = planned_runs(planned(clone, "analysis"))
+    assert second == set(now.pending) and len(second) == 1  # `snakemake -n` shows the next round: one value
+    (value,) = [s.value for s in now.edges[0].steps[2:]]
+    assert second == {f"edge-{P.value_text(value)}.qwen-s.s0"}
+    done = subprocess.run([sys.executable, "-m", "opd.cli", "calibrate", "--", "-c", "2", "analysis"], cwd=clone,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "calibrate: done after 1 round(s)" in done.stdout
+    end = P.planned(e, P.Results(clone / "results" / "toy"))
+    assert not end.pending and end.edges[0].stopped == "max_rows"
+    assert not planned_runs(planned(clone, "analysis"))  # nothing left to train
+    verdicts = store.read_table(clone / "results" / "toy" / "analysis" / "verdicts.parquet")
+    assert {s.row.name for s in end.edges[0].steps} <= set(verdicts["config"])  # analysed like any row
