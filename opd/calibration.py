@@ -240,15 +240,9 @@ class SequentialRule(NamedTuple):
 
     def validate(self, base_seeds: int) -> None:
         """Raise ValueError when the rule cannot run against a reference with base_seeds seeds."""
-        if not 1 <= self.start_seeds <= self.max_seeds:
-            raise ValueError(f"sequential seeds: need 1 <= start_seeds ({self.start_seeds}) <= max_seeds "
-                             f"({self.max_seeds})")
-        if self.n_draws > 1 and self.start_seeds < self.n_draws:
-            raise ValueError(f"sequential seeds: start_seeds ({self.start_seeds}) must give every one of the "
-                             f"{self.n_draws} base-model draws a run")
-        if self.n_draws == 1 and not stats.enough_seeds(self.start_seeds, base_seeds):
-            raise ValueError(f"sequential seeds: {self.start_seeds} candidate + {base_seeds} reference seeds are "
-                             f"too few for the seed-aware interval (at least {stats.MIN_SEED_DF + 2} runs in all)")
+        problem = stats.sequential_problem(self.start_seeds, self.max_seeds, base_seeds, self.n_draws)
+        if problem:
+            raise ValueError(f"sequential seeds: {problem}")
 
 
 def straddles(ci_lo, ci_hi, tau: float):

@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from opd.rows import Row
-from opd.spec import Experiment, Run, Settings, Student
+from opd.spec import Experiment, Run, Sequential, Settings, Student
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -375,7 +375,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
 def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINES) -> list[str]:
     """The adaptive design's checks (opd.plan): `seeds: sequential` rows and `edges` against the experiment's
     `sequential` rule, its baseline and its students."""
-    from opd.calibration import SequentialRule
+    from opd.stats import sequential_problem
     errors = []
     first = next(iter(e["students"]))
     base = next(r for r in matrix if r.baseline)
@@ -395,11 +395,10 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
         if r.reference and next((x for x in matrix if x.name == r.reference), base).sequential:
             errors.append(f"{where}: its reference {r.reference!r} is sequential")
     if rule is not None:
-        seq = SequentialRule(tau=e["tau"], max_seeds=rule["max_seeds"], start_seeds=rule.get("start_seeds", 1))
-        try:
-            seq.validate(len(base.seeds or e["seeds"]))
-        except ValueError as err:
-            errors.append(f"experiment {exp!r}, field 'sequential.start_seeds': {err}")
+        seq = Sequential.of(rule)
+        problem = sequential_problem(seq.start_seeds, seq.max_seeds, len(base.seeds or e["seeds"]))
+        if problem:
+            errors.append(f"experiment {exp!r}, field 'sequential.start_seeds': {problem}")
     names = {r.name.lower() for r in matrix}
     seen = set()
     for i, x in enumerate(e.get("edges", ())):

@@ -74,6 +74,19 @@ def enough_seeds(s_cand: int, s_base: int) -> bool:
     return s_cand + s_base - 2 >= MIN_SEED_DF
 
 
+def sequential_problem(start_seeds: int, max_seeds: int, base_seeds: int, n_draws: int = 1) -> str | None:
+    """Why a sequential-seeds rule (opd.calibration.SequentialRule) cannot run against a reference with base_seeds
+    seeds, or None."""
+    if not 1 <= start_seeds <= max_seeds:
+        return f"need 1 <= start_seeds ({start_seeds}) <= max_seeds ({max_seeds})"
+    if n_draws > 1 and start_seeds < n_draws:
+        return f"start_seeds ({start_seeds}) must give every one of the {n_draws} base-model draws a run"
+    if n_draws == 1 and not enough_seeds(start_seeds, base_seeds):
+        return (f"{start_seeds} candidate + {base_seeds} reference seeds are too few for the seed-aware interval "
+                f"(at least {MIN_SEED_DF + 2} runs in all)")
+    return None
+
+
 def draw_of(seed, n_draws: int):
     """The base-model draw (SFT seed) an OPD run seed uses: seed % n_draws (draw 0: the first base model)."""
     return np.asarray(seed) % n_draws
