@@ -12,7 +12,10 @@ run SD ratio of a row over the baseline measured in the toy (opd.calibration.mea
    at the baseline's noise and 4x it (and, on the primary student, with one_seed_ratio = 1);
 2. the replay over the committed full-design runs: per row, the seeds the rule would have run, in order,
    its verdict and the full design's seed-aware verdict;
-3. one line per student: `calibration <student>: runs_used=A runs_full=B verdicts_agree=C/D` (runs of the
+3. the bisected edges committed in results/toy/analysis/edges.parquet (rule edges, opd.plan): every value in the
+   order tried, and per student the edge found against the grid's (the budget rows no edge made);
+4. an estimate on paper of the GPU-hours the same rules would save on the paper experiment;
+5. one line per student: `calibration <student>: runs_used=A runs_full=B verdicts_agree=C/D ... edge_factor=E` (runs of the
    OPD rows judged by the rule, the baseline's included; RL rows are not judged by it).
 Sequential verdicts are conditional on the stopping rule: a row stopped early because its interval cleared
 tau, so the interval it stopped on does not have its nominal 95% coverage unconditionally; the error rates
@@ -89,9 +92,71 @@ def sequential_seeds(exp: dict, heldout, noise, n_exp: int) -> dict:
                         "verdicts_agree": f"{s.verdicts_agree}/{s.n_rows}"} for s in cal.replay_summary(replayed)}
 
 
-# each part: (experiment, committed held-out KL, measured noise, simulated rows) -> {student: {field: value}};
-# the bisected edge adds its part (edge_factor) here
-PARTS = [sequential_seeds]
+def bisected_edges(exp: dict, heldout, noise, n_exp: int) -> dict:
+    """The bisected-edge part: the committed edges (results/toy/analysis/edges.parquet, rule edges) against each
+    student's grid. Returns per student edge_runs (the runs the bisection used), grid_runs (the runs of the grid's
+    budget rows) and edge_factor: the bisected edge's D over the grid's, or its inverse (>= 1); NaN where either
+    has no pass or no fail (then there is no edge to compare)."""
+    path = ROOT / f"results/{EXPERIMENT}/analysis/edges.parquet"
+    if not path.exists():
+        print(f"\n3. bisected edges: none committed ({path.relative_to(ROOT)} is missing)")
+        return {}
+    t = store.read_table(path)
+    print("\n3. the bisected edges (every value in the order tried; D and the bracket after it; seed-aware rule)")
+    cols = ["student", "order", "value", "n_seeds", "verdict", "delta", "D", "D_lo_after", "D_hi_after"]
+    print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    out = {}
+    for student, s in t.groupby("student", sort=False):
+        last = s.sort_values("order").iloc[-1]
+        edge = float(np.sqrt(last["D_lo_after"] * last["D_hi_after"]))
+        ratio = edge / float(last["grid_edge"])
+        factor = max(ratio, 1 / ratio) if np.isfinite(ratio) and ratio > 0 else float("nan")
+        print(f"   {student}: bisected edge D {edge:.4g} [{last['D_lo_after']:.4g}, {last['D_hi_after']:.4g}] "
+              f"(x{last['D_hi_after'] / last['D_lo_after']:.2f}, stopped: {last['stopped']}) from {int(s['n_seeds'].sum())} "
+              f"runs of {len(s)} values; grid [{last['grid_lo']:.4g}, {last['grid_hi']:.4g}] from "
+              f"{int(last['grid_rows'])} rows, {int(last['grid_runs'])} runs")
+        out[student] = {"edge_runs": int(s["n_seeds"].sum()), "grid_runs": int(last["grid_runs"]),
+                        "edge_factor": f"{factor:.2f}"}
+    return out
+
+
+# The paper's cost of one run (its 7B runs: 200 steps, 5.5-6 h on 8 GPUs), on paper: an estimate, not a measurement.
+PAPER_RUN_GPU_H = 5.75 * 8
+
+
+def paper_estimate(exp: dict, fields: dict) -> None:
+    """GPU-hours the same rules would save on the paper experiment, estimated from its matrix (config.yaml's
+    `paper` experiment), the seed-aware full design (the toy's seeds per row and baseline) and the toy's measured
+    fraction of runs used, at the paper's cost per run."""
+    paper = C.load()["experiments"]["paper"]
+    rows = [Row.of(r) for r in paper["rows"]]
+    judged = [r for r in rows if r.algorithm == "opd" and not r.baseline]
+    per_row, base = len(exp["seeds"]), len(next(r for r in exp["rows"] if r.get("baseline"))["seeds"])
+    full = len(judged) * per_row + base
+    used = [f["runs_used"] / f["runs_full"] for f in fields.values() if "runs_used" in f]
+    share = float(np.median(used)) if used else float("nan")
+    print(f"\n4. the paper experiment, on paper (an ESTIMATE: the paper's {PAPER_RUN_GPU_H:.0f} GPU-h per 7B run, the "
+          f"toy's median share of runs used {share:.2f}): the seed-aware full design is {len(judged)} rows x "
+          f"{per_row} seeds + {base} baseline seeds = {full} runs, {full * PAPER_RUN_GPU_H:,.0f} GPU-h; sequential "
+          f"seeds ~{share * full:.0f} runs, {share * full * PAPER_RUN_GPU_H:,.0f} GPU-h (saving "
+          f"~{(1 - share) * full * PAPER_RUN_GPU_H:,.0f} GPU-h per student)")
+    edge = [f["edge_runs"] for f in fields.values() if "edge_runs" in f]
+    if edge and exp.get("edges"):
+        x = exp["edges"][0]
+        lo, hi = x["bracket"]
+        factor = x.get("factor", 1.5)
+        # a grid as fine as the bisection's stopping factor: D grows about as sigma^2 (the toy's noise rows), so a
+        # factor f in D is sqrt(f) in sigma
+        n_grid = int(np.ceil(np.log(hi / lo) / np.log(np.sqrt(factor)))) + 1
+        e_runs = float(np.median(edge))
+        print(f"   a bisected noise edge used a median {e_runs:.0f} runs per toy student: at the paper's cost "
+              f"{e_runs * PAPER_RUN_GPU_H:,.0f} GPU-h per student for an edge within {factor}x in D, where a grid "
+              f"that fine over sigma in [{lo}, {hi}] ({n_grid} values, {np.sqrt(factor):.3f}x apart in sigma) x "
+              f"{per_row} seeds would be {n_grid * per_row} runs, {n_grid * per_row * PAPER_RUN_GPU_H:,.0f} GPU-h")
+
+
+# each part: (experiment, committed held-out KL, measured noise, simulated rows) -> {student: {field: value}}
+PARTS = [sequential_seeds, bisected_edges]
 
 
 def main():
@@ -106,6 +171,7 @@ def main():
     for part in PARTS:
         for student, f in part(exp, heldout, noise, args.experiments).items():
             fields.setdefault(student, {}).update(f)
+    paper_estimate(exp, fields)
     print()
     for student, f in fields.items():
         print(f"calibration {student}: " + " ".join(f"{k}={v}" for k, v in f.items()))

@@ -26,10 +26,12 @@ class Matrix:
     rows: tuple[Row, ...]
     seeds: tuple[int, ...]
     backend: str
+    edges: tuple[str, ...] = ()  # the bisected edges' names (opd.plan)
 
     @classmethod
     def of(cls, experiment: dict) -> "Matrix":
-        return cls(tuple(Row.of(r) for r in experiment["rows"]), tuple(experiment["seeds"]), experiment["backend"])
+        return cls(tuple(Row.of(r) for r in experiment["rows"]), tuple(experiment["seeds"]), experiment["backend"],
+                   tuple(x["name"] for x in experiment.get("edges", ())))
 
     def has(self, pred: Callable[[Row], bool]) -> bool:
         return any(pred(r) for r in self.rows)
@@ -67,6 +69,7 @@ OTHER_ANALYSIS_FILES: tuple[str, ...] = (
     "async_throughput",  # rule throughput (tiny) or throughput_from_runs (verl: async_throughput_runs.parquet)
     "memory_bound",  # rule memory_bound
     "guard",  # rule guard_analysis (analysis.smk)
+    "edges",  # rule edges (analysis.smk)
     "probes", "probes_prefix",  # rule probes (mechanism.smk)
 )
 
@@ -155,6 +158,8 @@ OUTPUTS: tuple[Output, ...] = (
            "the instrument's noise: seed-vs-seed Delta of the standard engine", INSTRUMENT),
     Output("staleness_lr", "figure", ("staleness_lr",), lambda m: m.has(lambda r: r.staleness > 0),
            "staleness against the learning rate", BUDGET),
+    Output("edges", "figure", ("edges",), lambda m: bool(m.edges),
+           "the bisected budget edges: each value tried, in order, and the bracket narrowing", BUDGET),
     Output("guard", "figure", ("guard", "steps"), guarded_rows,
            "the mismatch guard: d_n per step with its activations, Delta against throughput", BUDGET),
     # tables

@@ -74,6 +74,15 @@ class Given(Results):
     def get(self, rid: str) -> RunResult | None:
         return self._cache.get(rid)
 
+    @classmethod
+    def of_frames(cls, heldout: pd.DataFrame, steps: pd.DataFrame) -> "Given":
+        """From the analysis's tables of every run (heldout.parquet, steps.parquet): what the DAG's plan read from
+        the run folders, so the edges table is made from the analysis's inputs alone."""
+        fin = stats.final_heldout(heldout)
+        D = steps.groupby("run_id")["d_n"].mean()
+        return cls({rid: RunResult(g.set_index("prompt_id")["kl"].sort_index(), float(D[rid]))
+                    for rid, g in fin.groupby("run_id") if rid in D.index})
+
 
 # ---------------------------------------------------------------- one row on one student
 
@@ -317,15 +326,23 @@ def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Ex
     return planned(e, Results(out or f"results/{e.name}")).experiment if e.adaptive else e
 
 
+EDGE_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",
+                "lo_after", "hi_after", "D_lo_after", "D_hi_after", "stopped")
+
+
 def edges_frame(plan: Plan) -> pd.DataFrame:
-    """Every edge's values in the order tried: edge, student, order, value, row, seeds, verdict, delta, ci_lo, ci_hi,
-    D, and the edge's bracket so far (lo, hi, D_lo, D_hi, stopped)."""
+    """Every edge's values on each student in the order the bisection tried them: its row, the seeds it ran, its
+    seed-aware verdict with Delta and the interval, its D; the bracket once it was decided (`*_after`: the
+    largest passing and the smallest failing value and their D over the values up to it, NaN for an empty
+    side); and why the edge stopped (None: still open)."""
     out = []
     for x in plan.edges:
         for i, st in enumerate(x.steps):
             s = st.state
+            lo, hi = _bracket(x.steps[:i + 1])
             out.append({"edge": x.edge, "student": x.student, "order": i, "value": st.value, "row": st.row.name,
                         "n_seeds": len(s.seeds), "verdict": s.verdict, "delta": s.delta, "ci_lo": s.ci_lo,
-                        "ci_hi": s.ci_hi, "D": s.D, "lo": x.lo, "hi": x.hi, "D_lo": x.D_lo, "D_hi": x.D_hi,
-                        "stopped": x.stopped})
-    return pd.DataFrame(out)
+                        "ci_hi": s.ci_hi, "D": s.D, "lo_after": lo.value if lo else np.nan,
+                        "hi_after": hi.value if hi else np.nan, "D_lo_after": lo.state.D if lo else np.nan,
+                        "D_hi_after": hi.state.D if hi else np.nan, "stopped": x.stopped})
+    return pd.DataFrame(out, columns=list(EDGE_COLUMNS))

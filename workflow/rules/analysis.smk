@@ -29,6 +29,24 @@ rule analysis:
         "../scripts/analysis.py"
 
 
+# The bisected edges (opd.plan; docs/calibration.md): every value tried, in order, against the grid's budget;
+# in the DAG only where the experiment has edges (opd.outputs).
+rule edges:
+    input:
+        steps=rules.analysis.output.steps,
+        heldout=rules.analysis.output.heldout,
+        verdicts=rules.analysis.output.verdicts,
+    output:
+        ANALYSIS_FILES["edges"],
+    params:
+        name=EXP,
+        experiment=config["experiments"][EXP],  # as configured: the script replays the plan (opd.plan.planned)
+    log:
+        f"logs/{EXP}/edges.log",
+    script:
+        "../scripts/edges.py"
+
+
 # The mismatch guard's record (opd/guard.py): guarded rows against the same engine unguarded and the standard
 # engine; in the DAG only where an output needs it (opd.outputs.guarded_rows).
 rule guard_analysis:
