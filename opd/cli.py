@@ -130,7 +130,7 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
         args += ["--config", f"experiment={experiment}"]
     before = None
     for round_ in range(1, max_rounds + 1):
-        p = plan.planned(Experiment.of(cfg, exp), plan.Results(f"results/{exp}"))
+        p = plan.planned(Experiment.of(cfg, exp), plan.Results(f"results/{exp}", plan.memo_path(exp)))
         if not p.pending:
             print("\n".join(p.summary()) if p.adaptive else f"calibrate: {exp!r} has no adaptive rows; nothing planned")
             print(f"calibrate: done after {round_ - 1} round(s)")

@@ -18,6 +18,8 @@ ordinary row of the DAG (cached, checked, analysed and shown like any other); an
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, NamedTuple
@@ -30,24 +32,58 @@ from opd import stats
 from opd.rows import SEQUENTIAL, Row
 from opd.spec import Edge, Experiment, run_id
 
+def memo_path(experiment: str) -> str:
+    """Where this checkout keeps an experiment's decided rows (Results' memo): not a result, never a job input."""
+    return f".snakemake/opd/plan-{experiment}.json"
+
+
 DIGITS = 4  # an edge value's significant digits: its row name and the value trained are the same number
 
 
 # ---------------------------------------------------------------- what the plan reads: the complete runs' results
 
-class RunResult(NamedTuple):
-    """A complete run's final held-out KL per problem (indexed by prompt_id) and its D (mean d_n over its steps)."""
-    kl: pd.Series
-    D: float
+class RunResult:
+    """A complete run's final held-out KL per problem (`kl`, indexed by prompt_id) and its D (mean d_n over its
+    steps), read when first used; `sig`: what identifies its content (its run.json, which records its files' sha256),
+    None for results given in memory."""
+
+    def __init__(self, kl: pd.Series | None = None, D: float | None = None, *, sig: str | None = None, load=None):
+        self._kl, self._D, self.sig, self._load = kl, D, sig, load
+
+    def _read(self):
+        if self._kl is None:
+            self._kl, self._D = self._load()
+
+    @property
+    def kl(self) -> pd.Series:
+        self._read()
+        return self._kl
+
+    @property
+    def D(self) -> float:
+        self._read()
+        return self._D
 
 
 class Results:
-    """The complete runs of an experiment's folder (results/<experiment>), read once each when first asked: a run
-    is there when its run.json says complete (opd.store.is_complete; the cache check moves damaged runs aside)."""
+    """The complete runs of an experiment's folder (results/<experiment>), each read when first needed: a run is
+    there when its run.json says complete (opd.store.is_complete; the cache check moves damaged runs aside). With
+    `memo` (a JSON file), a row's decision on runs whose run.json are unchanged is read back instead of recomputed
+    (each interval is 10,000 resamples; the DAG plans on every `snakemake` call)."""
 
-    def __init__(self, out: str | Path):
+    def __init__(self, out: str | Path, memo: str | Path | None = None):
         self.out = Path(out)
         self._cache: dict[str, RunResult | None] = {}
+        self.memo_path = Path(memo) if memo else None
+        self.memo: dict = {}
+        if self.memo_path:
+            try:
+                from opd import store
+                self.memo = store.read_json(self.memo_path)
+            except (OSError, ValueError):
+                self.memo = {}
+        self._memo_before = dict(self.memo)
+        self.used: set[str] = set()
 
     def get(self, rid: str) -> RunResult | None:
         if rid not in self._cache:
@@ -59,9 +95,21 @@ class Results:
         from opd import store
         if not store.is_complete(run_dir) or not (run_dir / "heldout.parquet").exists():
             return None  # not trained yet (verl: or not yet evaluated, rule heldout)
-        held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
-        steps = store.read_table(run_dir / "steps.parquet")
-        return RunResult(held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean()))
+
+        def load():
+            held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
+            steps = store.read_table(run_dir / "steps.parquet")
+            return held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean())
+        sig = hashlib.sha256((run_dir / "run.json").read_bytes()).hexdigest()
+        return RunResult(sig=sig, load=load)
+
+    def save(self) -> None:
+        """Write the memo back if it changed, kept to the decisions this Results' plans used."""
+        self.memo = {k: v for k, v in self.memo.items() if k in self.used}
+        if self.memo_path and self.memo != self._memo_before:
+            from opd import store
+            self.memo_path.parent.mkdir(parents=True, exist_ok=True)
+            store.write_json(self.memo, self.memo_path)
 
 
 class Given(Results):
@@ -119,8 +167,9 @@ def _matrix(results: list[RunResult]) -> np.ndarray:
 def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowState:
     """A row's state on one student. Sequential (row.sequential): its first seeds 0, 1, ... that are complete in
     order; while fewer than the rule's start seeds are, or the reference row's seeds are not all complete, the
-    next seeds are the ones to run up to the start; after that opd.calibration.next_seeds decides. A fixed row's
-    seeds are all its seeds, decided once they are all complete."""
+    next seeds are the ones to run up to the start; after that the rule decides in order (_decide: the first seeds
+    on which the interval clears tau, else one more seed up to max_seeds). A fixed row's seeds are all its seeds,
+    decided once they are all complete. Read back from results.memo where the same runs were decided before."""
     rule = rule_of(e)
     ref = e.row(row.reference) if row.reference else e.baseline
     ref_runs = [results.get(run_id(ref.name, student, s)) for s in e.seeds_of(ref, student)]
@@ -135,6 +184,24 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
     if len(done) < start or any(r is None for r in ref_runs):
         return RowState(candidates[:max(start, len(done))], False)
     ref_seeds = np.asarray(e.seeds_of(ref, student))
+    sigs = [r.sig for r in (*done, *ref_runs)]
+    key = None if None in sigs else hashlib.sha256(json.dumps(
+        [rule._asdict(), row.sequential, start, list(map(int, ref_seeds)), sigs]).encode()).hexdigest()
+    if key:
+        results.used.add(key)
+    if key and key in results.memo:
+        n, verdict, delta, lo, hi, D = results.memo[key]
+        if verdict is None:
+            return RowState(candidates[:n], False)
+        return RowState(candidates[:n], True, delta, lo, hi, verdict, D)
+    state = _decide(row, rule, start, candidates, done, ref_runs, ref_seeds)
+    if key:
+        results.memo[key] = [len(state.seeds), state.verdict, state.delta, state.ci_lo, state.ci_hi, state.D]
+    return state
+
+
+def _decide(row, rule, start, candidates, done, ref_runs, ref_seeds) -> RowState:
+    """row_state's decision on complete runs (the rule in order; see row_state)."""
     m = _matrix([*done, *ref_runs])
     kc, kb = m[:len(done)], m[len(done):]
     n = start  # the rule in order: the first seeds on which the interval clears tau (or max_seeds) decide
@@ -295,13 +362,14 @@ def planned(e: Experiment, results: Results) -> Plan:
                     if step.row.sequential)
     out = replace(e, rows=e.rows + new_rows, planned=chosen)
     pending = tuple(r.run_id for r in out.runs() if results.get(r.run_id) is None)
+    results.save()
     return Plan(out, states, edges, pending)
 
 
 def next_round(e: Experiment, out: str | Path) -> list[str]:
     """What a `snakemake` call says when it ends (`e` the experiment as configured, unplanned): the plan the
     results now give, and if it has runs to train, how to train them."""
-    p = planned(e, Results(out))
+    p = planned(e, Results(out, memo_path(e.name)))
     if not p.pending:
         return p.summary()
     return p.summary() + [f"plan: the next round trains {len(p.pending)} run(s): run snakemake again (`snakemake -n` "
@@ -314,7 +382,7 @@ def checked(e: Experiment, out: str | Path, check) -> Plan:
     where it was moved or None)}; planned again while a run it read was moved aside (each time one is at least,
     so it ends). A damaged run that could not be moved is left to the jobs that read it, as heal_runs says."""
     while True:
-        plan = planned(e, Results(out))
+        plan = planned(e, Results(out, memo_path(e.name)))
         if not any(moved for _, moved in check(plan.experiment).values()):
             return plan
 
@@ -323,7 +391,7 @@ def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Ex
     """Experiment `name` of a validated config as the DAG builds it: planned from the results under `out`
     (default results/<name>) where it is adaptive, as it is otherwise."""
     e = Experiment.of(cfg, name)
-    return planned(e, Results(out or f"results/{e.name}")).experiment if e.adaptive else e
+    return planned(e, Results(out or f"results/{e.name}", memo_path(e.name))).experiment if e.adaptive else e
 
 
 EDGE_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",

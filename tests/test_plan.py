@@ -12,6 +12,7 @@ import yaml
 from opd import config as C
 from opd import plan as P
 from opd import store
+from pathlib import Path
 from opd.spec import Experiment
 from conftest import edit_config, planned, planned_runs, snakemake
 
@@ -25,6 +26,7 @@ def experiment(toy_config, *, rows=(), sequential=None, edges=(), base_seeds=(0,
     e = cfg["experiments"]["toy"]
     base = next(r for r in e["rows"] if r.get("baseline"))
     e["rows"] = [{**base, "students": ["qwen-s"], "seeds": list(base_seeds)}, *rows]
+    e.pop("sequential", None), e.pop("edges", None)  # only what the test gives
     if sequential:
         e["sequential"] = sequential
     if edges:
@@ -196,6 +198,7 @@ def test_an_adaptive_design_that_cannot_run_is_named_before_any_job(toy_config, 
     cfg = copy.deepcopy(toy_config)
     e = cfg["experiments"]["toy"]
     e["rows"] = [next(r for r in e["rows"] if r.get("baseline"))]
+    e.pop("sequential", None), e.pop("edges", None)
     change(e)
     with pytest.raises(C.ConfigError, match=None) as err:
         C.validate(cfg)
@@ -238,3 +241,47 @@ def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
     assert not planned_runs(planned(clone, "analysis"))  # nothing left to train
     verdicts = store.read_table(clone / "results" / "toy" / "analysis" / "verdicts.parquet")
     assert {s.row.name for s in end.edges[0].steps} <= set(verdicts["config"])  # analysed like any row
+
+
+def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tmp_path):
+    """Rule edges replays the plan from the analysis's heldout and steps tables and sets the grid's budget beside it;
+    figure_edges draws it."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from opd import report
+    e = experiment(toy_config, rows=[{"name": "grid-lo", "noise_sigma": 0.03}, {"name": "grid-hi", "noise_sigma": 0.15}],
+                   edges=[EDGE], base_seeds=(0, 1, 2))
+    world = World(quadratic(0.07), run_sd=0.01)
+    end = calibrate(e, world)[-1]
+    heldout = pd.concat([pd.DataFrame({"run_id": rid, "config": rid.split(".")[0], "student": "qwen-s",
+                                       "seed": int(rid.split(".")[2][1:]), "step": 100, "prompt_id": r.kl.index,
+                                       "kl": r.kl.to_numpy()}) for rid, r in world.results.items()])
+    steps = pd.DataFrame({"run_id": list(world.results), "d_n": [r.D for r in world.results.values()]})
+    deltas = {c: g for c, g in heldout.groupby("config")}
+    verdicts = pd.DataFrame([{"student": "qwen-s", "config": c, "D": 0.001 + end.experiment.row(c).noise_sigma ** 2,
+                              "delta": quadratic(0.07)(end.experiment.row(c)), "ci_lo_seeds": 0.01, "ci_hi_seeds": 9.0,
+                              "ci_lo": 0.01, "ci_hi": 9.0, "n_runs": g["run_id"].nunique()} for c, g in deltas.items()])
+    paths = {}
+    for name, df in (("heldout", heldout), ("steps", steps), ("verdicts", verdicts)):
+        paths[name] = str(tmp_path / f"synthetic-{name}.parquet")  # not the contract names: only the columns read
+        df.to_parquet(paths[name])
+
+    def script(name):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "workflow" / "scripts"
+                                                      / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    cfg_e = {**toy_config["experiments"]["toy"], "rows": [r.written() for r in e.rows], "edges": [EDGE]}
+    cfg_e.pop("sequential", None)
+    out = tmp_path / "edges.parquet"
+    script("edges").main(SimpleNamespace(**paths), [str(out)], SimpleNamespace(name="toy", experiment=cfg_e))
+    t = store.read_table(out)
+    assert list(t["row"]) == [s.row.name for s in end.edges[0].steps]
+    # the grid: grid-lo passes (Delta 0.037 < tau), grid-hi fails (0.92 >= tau, interval above 0); the baseline passes
+    assert t["grid_lo"].iloc[0] == pytest.approx(0.001 + 0.03 ** 2) and t["grid_hi"].iloc[0] == pytest.approx(0.001 + 0.15 ** 2)
+    assert t["grid_rows"].iloc[0] == 3
+    fig = SimpleNamespace(pdf=str(tmp_path / "e.pdf"), png=str(tmp_path / "e.png"))
+    script("figure_edges").main([str(out)], fig, SimpleNamespace(primary="qwen-s"))
+    assert (tmp_path / "e.png").stat().st_size > 10_000 and report.input_hashes([str(out)])
