@@ -215,6 +215,7 @@ def small_edge(c):
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
     e["infra"]["window"] = [0, 6]
     e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1, 2]} for r in e["rows"] if r.get("baseline")]
+    e.pop("sequential", None)  # each value one seed (the experiment's): a round is one new value
     e["edges"] = [{"name": "edge", "field": "noise_sigma", "bracket": [0.05, 0.2], "max_rows": 3,
                    "students": ["qwen-s"]}]
 
