@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from opd import stats
 
@@ -36,6 +35,7 @@ def measure_noise(heldout: pd.DataFrame, baseline: str, *, shuffles: int = 200, 
       over the baseline's), interaction_ratio_max (its sd_interaction over the baseline's), and
       sd_effect_median / sd_effect_max: the SD over problems of a row's true per-problem effect, log
       (mean_s K_c / mean_s K_0) less what the interaction puts into it (0 if negative)."""
+    from scipy import stats as sps  # here, not at import: the DAG's plan (opd.plan) imports this module
     fin = stats.final_heldout(heldout)
     rng = np.random.default_rng(seed)
     out = []
@@ -139,6 +139,7 @@ def problem_profile(rng, n_exp: int, n: int, sd_log: float, tail_df: float) -> n
 def tail_df_for(kurtosis: float, sd_log: float, n: int, seed: int = 0) -> float:
     """The Student-t degrees of freedom of log K_x (from inf, 30, 16, 12, 10, 8, 7, 6, 5) whose profile's
     median sample excess kurtosis over n problems is nearest `kurtosis` (at the given SD of log K_x)."""
+    from scipy import stats as sps
     rng = np.random.default_rng(seed)
     grid = [np.inf, 30, 16, 12, 10, 8, 7, 6, 5]
     med = [np.median(sps.kurtosis(problem_profile(rng, 400, n, sd_log, g), axis=1)) for g in grid]
