@@ -81,7 +81,9 @@ def main(argv=None) -> int:
     cal.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
     cal.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     cal.add_argument("--max-rounds", type=int, default=50, help="stop after this many rounds (default 50)")
-    cal.add_argument("snakemake", nargs=argparse.REMAINDER, help="snakemake's arguments, after `--` (e.g. -- -c 2)")
+    cal.add_argument("snakemake", nargs=argparse.REMAINDER, help="snakemake's arguments, after `--` (e.g. -- -c 2); "
+                     "name the config and experiment with calibrate's own --config and --experiment, which plan with "
+                     "them and pass them on")
     args = p.parse_args(argv)
     if args.job == "calibrate":
         return calibrate(args.experiment, args.config, args.max_rounds, args.snakemake)

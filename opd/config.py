@@ -392,13 +392,14 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
                           f"design (every comparison with it shares its seeds), so it cannot be sequential")
         if r.algorithm != "opd":
             errors.append(f"{where}: an RL row has no Δ verdict for the sequential rule to decide; give it seeds")
-        if r.reference and next((x for x in matrix if x.name == r.reference), base).sequential:
+        ref = next((x for x in matrix if x.name == r.reference), base) if r.reference else base
+        if ref.sequential and ref is not r:
             errors.append(f"{where}: its reference {r.reference!r} is sequential")
-    if rule is not None:
-        seq = Sequential.of(rule)
-        problem = sequential_problem(seq.start_seeds, seq.max_seeds, len(base.seeds or e["seeds"]))
-        if problem:
-            errors.append(f"experiment {exp!r}, field 'sequential.start_seeds': {problem}")
+        elif rule is not None and not ref.sequential:
+            seq = Sequential.of(rule)
+            problem = sequential_problem(seq.start_seeds, seq.max_seeds, len(ref.seeds or e["seeds"]))
+            if problem:
+                errors.append(f"{where}: against {ref.name!r}: {problem} (field 'sequential.start_seeds')")
     names = {r.name.lower() for r in matrix}
     seen = set()
     for i, x in enumerate(e.get("edges", ())):
@@ -414,6 +415,12 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
             errors.append(f"{where}, field 'name': its rows are named {x['name']}-<value>, as are row(s) {clash}")
         if len(x["name"]) > 50:
             errors.append(f"{where}, field 'name': at most 50 characters (its rows add -<value>)")
+        seq = Sequential.of(rule) if rule is not None else None
+        n_seeds = seq.start_seeds if seq else len(e["seeds"])  # what each value runs first
+        problem = sequential_problem(n_seeds, seq.max_seeds if seq else n_seeds, len(base.seeds or e["seeds"]))
+        if problem:
+            errors.append(f"{where}: against the baseline {base.name!r}: {problem} (field "
+                          f"{'sequential.start_seeds' if seq else 'seeds'})")
         for st in x["students"]:
             if st not in e["students"]:
                 errors.append(f"{where}, field 'students': unknown student {st!r}; known: {sorted(e['students'])}")

@@ -37,6 +37,7 @@ def memo_path(experiment: str) -> str:
     return f".snakemake/opd/plan-{experiment}.json"
 
 
+MEMO_VERSION = 1  # raise it when a decision's computation changes (opd.stats, opd.calibration, _decide)
 DIGITS = 4  # an edge value's significant digits: its row name and the value trained are the same number
 
 
@@ -100,7 +101,10 @@ class Results:
             held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
             steps = store.read_table(run_dir / "steps.parquet")
             return held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean())
-        sig = hashlib.sha256((run_dir / "run.json").read_bytes()).hexdigest()
+        # run.json records the tiny backend's files' sha256, not verl's heldout.parquet (another rule's): their
+        # size and mtime too, so that a re-evaluated run is decided again
+        files = [(n, (run_dir / n).stat().st_size, (run_dir / n).stat().st_mtime_ns) for n in store.RUN_FILES]
+        sig = hashlib.sha256((run_dir / "run.json").read_bytes() + repr(files).encode()).hexdigest()
         return RunResult(sig=sig, load=load)
 
     def save(self) -> None:
@@ -150,10 +154,10 @@ def rule_of(e: Experiment) -> cal.SequentialRule:
     """The experiment's sequential rule (opd.calibration.SequentialRule) at its tau and bootstrap settings; without
     a `sequential` entry, a rule that runs every seed of the experiment at once."""
     s = e.sequential
-    n = s.max_seeds if s else len(e.seeds)
-    return cal.SequentialRule(tau=e.tau, max_seeds=n, start_seeds=s.start_seeds if s else n,
-                              one_seed_ratio=s.one_seed_ratio if s else 1.0, n_boot=e.bootstrap.resamples,
-                              ci=e.bootstrap.level, seed=e.bootstrap.seed)
+    own = ({"max_seeds": s.max_seeds, "start_seeds": s.start_seeds, "one_seed_ratio": s.one_seed_ratio} if s
+           else {"max_seeds": len(e.seeds), "start_seeds": len(e.seeds)})
+    return cal.SequentialRule(tau=e.tau, n_boot=e.bootstrap.resamples, ci=e.bootstrap.level, seed=e.bootstrap.seed,
+                              **own)
 
 
 def _matrix(results: list[RunResult]) -> np.ndarray:
@@ -186,7 +190,7 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
     ref_seeds = np.asarray(e.seeds_of(ref, student))
     sigs = [r.sig for r in (*done, *ref_runs)]
     key = None if None in sigs else hashlib.sha256(json.dumps(
-        [rule._asdict(), row.sequential, start, list(map(int, ref_seeds)), sigs]).encode()).hexdigest()
+        [MEMO_VERSION, rule._asdict(), row.sequential, start, list(map(int, ref_seeds)), sigs]).encode()).hexdigest()
     if key:
         results.used.add(key)
     if key and key in results.memo:
@@ -202,17 +206,18 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
 
 def _decide(row, rule, start, candidates, done, ref_runs, ref_seeds) -> RowState:
     """row_state's decision on complete runs (the rule in order; see row_state)."""
-    m = _matrix([*done, *ref_runs])
-    kc, kb = m[:len(done)], m[len(done):]
     n = start  # the rule in order: the first seeds on which the interval clears tau (or max_seeds) decide
     while True:
-        iv = cal.interval_on_seeds(kc[:n], kb, rule, seeds_base=ref_seeds)
-        if not row.sequential or n >= rule.max_seeds or not cal.straddles(iv.ci_lo, iv.ci_hi, rule.tau):
+        m = _matrix([*done[:n], *ref_runs])  # only the seeds the rule reads (later ones are not the plan's)
+        iv = cal.interval_on_seeds(m[:n], m[n:], rule, seeds_base=ref_seeds)
+        diverged = not np.isfinite([iv.delta, iv.ci_lo, iv.ci_hi]).all()
+        if diverged or not row.sequential or n >= rule.max_seeds or not cal.straddles(iv.ci_lo, iv.ci_hi, rule.tau):
             break
         if n == len(done):
             return RowState(candidates[:n + 1], False)
         n += 1
-    verdict = "fail" if bool(stats.fails(*iv, rule.tau)) else "pass"
+    # a held-out KL that is not finite (a diverged run) fails: no interval can clear it
+    verdict = "fail" if diverged or bool(stats.fails(*iv, rule.tau)) else "pass"
     return RowState(candidates[:n], True, float(iv.delta), float(iv.ci_lo), float(iv.ci_hi), verdict,
                     float(np.mean([r.D for r in done[:n]])))
 
@@ -228,11 +233,12 @@ def rounded(v: float) -> float:
     return float(f"{v:.{DIGITS}g}")
 
 
-def edge_row(e: Experiment, edge: Edge, student: str, value: float) -> Row:
-    """The row an edge trains at one value on one student (sequential where the experiment has a rule)."""
-    fields = {"name": f"{edge.name}-{value_text(value)}", edge.field: value, "students": [student],
+def edge_row(e: Experiment, edge: Edge, students, value: float) -> Row:
+    """The row an edge trains at one value on the students whose bisection reached it (sequential where the
+    experiment has a rule): one row per value, as a configured row runs several students."""
+    fields = {"name": f"{edge.name}-{value_text(value)}", edge.field: value, "students": list(students),
               **({"seeds": SEQUENTIAL} if e.sequential else {}),
-              "description": f"edge {edge.name!r}: {edge.field} = {value:g}, bisected on {student} (opd.plan)"}
+              "description": f"edge {edge.name!r}: {edge.field} = {value:g}, bisected (opd.plan)"}
     return Row.of(fields)
 
 
@@ -280,7 +286,7 @@ def edge_state(e: Experiment, edge: Edge, student: str, results: Results) -> Edg
     ratio = hi0 / lo0
     values = [lo0, hi0]
     while True:
-        steps = [EdgeStep(v, r := edge_row(e, edge, student, v), row_state(e, r, student, results)) for v in values]
+        steps = [EdgeStep(v, r := edge_row(e, edge, [student], v), row_state(e, r, student, results)) for v in values]
         lo, hi = _bracket(steps)
         bracket = (lo.value if lo else np.nan, hi.value if hi else np.nan, lo.state.D if lo else np.nan,
                    hi.state.D if hi else np.nan)
@@ -356,7 +362,11 @@ def planned(e: Experiment, results: Results) -> Plan:
     rule_rows = [r for r in e.rows if r.sequential]
     states = {(r.name, s): row_state(e, r, s, results) for r in rule_rows for s in r.students_or(e.primary)}
     edges = tuple(edge_state(e, x, s, results) for x in e.edges for s in x.students)
-    new_rows = tuple(step.row for x in edges for step in x.steps)
+    reached: dict[tuple[Edge, float], list[str]] = {}  # each value's row once, on every student that reached it
+    for edge, x in zip((x for x in e.edges for _ in x.students), edges):
+        for step in x.steps:
+            reached.setdefault((edge, step.value), []).append(x.student)
+    new_rows = tuple(edge_row(e, edge, students, v) for (edge, v), students in reached.items())
     chosen = tuple((r, s, st.seeds) for (r, s), st in states.items())
     chosen += tuple((step.row.name, x.student, step.state.seeds) for x in edges for step in x.steps
                     if step.row.sequential)

@@ -402,7 +402,7 @@ def final_pairs(heldout: pd.DataFrame, baseline: str, references: dict):
 
 def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: float, n_boot: int = 10_000,
              ci: float = 0.95, seed: int = 0, references: dict | None = None, n_draws: int = 1,
-             pool_draws: bool = False) -> pd.DataFrame:
+             pool_draws: bool = False, one_seed_ratio: float = 1.0) -> pd.DataFrame:
     """One row per (student, configuration): D, Delta against its reference configuration of the same
     student (the baseline unless `references` names another, e.g. the same training settings without
     the mismatch), the accuracy change (points) and two verdicts:
@@ -415,7 +415,8 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
       the same for all of them); missing (None, NaN bounds) where there are too few runs to estimate the
       run-to-run variance. A reference configuration itself has Delta = 0 and passes.
     n_draws: the draws the row was compared on. Every comparison resamples the same problems (the same
-    bootstrap seed)."""
+    bootstrap seed). one_seed_ratio: a one-seed side's run-to-run variance is taken as at most its square times the
+    other side's (seed_bootstrap; an experiment's `sequential.one_seed_ratio`, 1 without one)."""
     references = references or {}
     pairs = list(final_pairs(heldout, baseline, references))
     pooled = {}
@@ -430,7 +431,7 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
     out = []
     for student, config, ref, kc, kr, sc, sr, acc in pairs:
         c = compare(kc, kr, seeds_cand=sc, seeds_ref=sr, n_draws=n_draws, n_boot=n_boot, ci=ci, seed=seed,
-                    draw_var=pooled.get(student))
+                    draw_var=pooled.get(student), one_seed_ratio=one_seed_ratio)
         c = c._replace(ci_lo_seeds=0.0, ci_hi_seeds=0.0) if config == ref else c
         out.append({"student": student, "config": config, "reference": ref, **c._asdict(), "accuracy_change": acc})
     res = pd.DataFrame(out).merge(run_mismatch(steps)[["student", "config", "D"]], on=["student", "config"], how="left")

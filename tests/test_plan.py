@@ -3,6 +3,7 @@ validation; and one real round-by-round calibration through snakemake."""
 import copy
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -48,7 +49,7 @@ class World:
     def result(self, e, rid):
         row, student, s = rid.split(".")
         r = e.row(row)
-        rng = np.random.default_rng([hash(row) % 2**32, int(s[1:])])
+        rng = np.random.default_rng([zlib.crc32(f"{row}.{student}".encode()), int(s[1:])])
         k = (self.mu * (1 + self.delta_of(r)) * np.exp(rng.normal(0, self.run_sd))
              * np.exp(rng.normal(0, 0.3, N) - 0.045))
         return P.RunResult(pd.Series(k, index=np.arange(N)), 0.001 + r.noise_sigma ** 2)
@@ -164,17 +165,59 @@ def test_edges_frame_lists_every_value_in_order(toy_config):
     assert set(f["verdict"]) <= {"pass", "fail"} and (f["value"] > 0).all()
 
 
-def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_config, tmp_path):
+def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_config, tmp_path, monkeypatch):
+    """A run the first plan read as complete and the check then moved aside is not read by the plan returned."""
     e = experiment(toy_config, edges=[EDGE])
-    moved = []
+    world = World(quadratic(0.07), run_sd=0.01)
+    world.train(P.planned(e, world.given()))  # round 1 complete: the bracket's ends and the baseline
+    on_disk = dict(world.results)
+    monkeypatch.setattr(P.Results, "_read", staticmethod(lambda run_dir: on_disk.get(run_dir.name)))
+    checks = []
 
-    def check(planned_experiment):  # the first call moves one run aside, as heal_runs does a damaged one
-        if moved:
+    def check(planned_experiment):  # heal_runs: the first call finds one run damaged and moves it aside
+        checks.append({r.run_id for r in planned_experiment.runs()})
+        if len(checks) > 1:
             return {}
-        moved.append(1)
-        return {"edge-0p02.qwen-s.s0": (["damaged"], tmp_path)}
+        del on_disk["edge-0p2.qwen-s.s0"]
+        return {"edge-0p2.qwen-s.s0": (["damaged"], tmp_path / "_quarantine")}
+    before = P.planned(e, P.Given(dict(world.results)))
+    assert "edge-0p2.qwen-s.s0" not in before.pending and len(before.edges[0].steps) == 3  # it read the run
     plan = P.checked(e, tmp_path, check)
-    assert len(moved) == 1 and "edge-0p02.qwen-s.s0" in plan.pending
+    assert len(checks) == 2 and plan.pending == ("edge-0p2.qwen-s.s0",) and len(plan.edges[0].steps) == 2
+    # a damaged run that could not be moved (another snakemake is running) is left to the jobs that read it
+    checks.clear()
+    assert P.checked(e, tmp_path, lambda x: {"edge-0p02.qwen-s.s0": (["damaged"], None)}).pending == plan.pending
+
+
+def test_one_value_is_one_row_on_every_student_that_reaches_it(toy_config):
+    cfg = copy.deepcopy(toy_config)
+    t = cfg["experiments"]["toy"]
+    t.pop("sequential", None)
+    t["seeds"] = [0]  # each value one seed (the experiment's)
+    t["rows"] = [{**next(r for r in t["rows"] if r.get("baseline")), "students": ["qwen-s", "qwen-m"],
+                  "seeds": [0, 1, 2, 3]}]
+    t["edges"] = [{**EDGE, "students": ["qwen-s", "qwen-m"]}]
+    C.validate(cfg)
+    e = Experiment.of(cfg)
+    world = World(lambda r: 0.0 if r.baseline else TAU * (r.noise_sigma / 0.07) ** 2, run_sd=0.01)
+    end = calibrate(e, world)[-1]
+    names = [r.name for r in end.experiment.rows]
+    assert len(names) == len(set(names))
+    both = end.experiment.row("edge-0p02")
+    assert both.students == ("qwen-s", "qwen-m")
+    assert {r.run_id for r in end.experiment.runs() if r.name == "edge-0p02"} == {"edge-0p02.qwen-s.s0",
+                                                                                  "edge-0p02.qwen-m.s0"}
+
+
+def test_a_diverged_value_fails(toy_config):
+    e = experiment(toy_config, edges=[EDGE])
+    world = World(quadratic(10.0), run_sd=0.01)  # every value passes, but 0.2's run diverges
+    p = P.planned(e, world.given())
+    world.train(p)
+    bad = world.results["edge-0p2.qwen-s.s0"]
+    world.results["edge-0p2.qwen-s.s0"] = P.RunResult(bad.kl * np.inf, bad.D)
+    x = P.planned(e, world.given()).edges[0]
+    assert [s.state.verdict for s in x.steps[:2]] == ["pass", "fail"]
 
 
 # ---------------------------------------------------------------- validation
@@ -193,6 +236,13 @@ def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_con
     (lambda e: (e["rows"].append({"name": "edge-1", "noise_sigma": 0.1}), e.update(edges=[EDGE])),
      "its rows are named edge-<value>, as are row(s) ['edge-1']"),
     (lambda e: e.update(sequential={"max_seeds": 2}, edges=[{**EDGE, "field": "lr"}]), "'lr' is not one of"),
+    (lambda e: (e.update(seeds=[0], edges=[EDGE]), e["rows"][0].update(seeds=[0, 1])),
+     "edge 1 ('edge'): against the baseline 'bf16': 1 candidate + 2 reference seeds are too few"),
+    (lambda e: (e.update(sequential={"max_seeds": 2}), e["rows"].append({"name": "ref", "lr": 1e-5, "seeds": [0]}),
+                e["rows"].append({"name": "x", "lr": 1e-5, "noise_sigma": 0.1, "reference": "ref",
+                                  "seeds": "sequential"})),
+     "row 3 ('x'), field 'seeds': against 'ref': 1 candidate + 1 reference seeds are too few"),
+    (lambda e: e.update(edges=[{**EDGE, "students": ["qwen-s", "qwen-s"]}]), "non-unique"),
 ])
 def test_an_adaptive_design_that_cannot_run_is_named_before_any_job(toy_config, change, message):
     cfg = copy.deepcopy(toy_config)

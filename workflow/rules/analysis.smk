@@ -16,6 +16,8 @@ rule analysis:
         tau=EXPERIMENT.tau,
         taus=list(EXPERIMENT.taus),
         bootstrap=EXPERIMENT.bootstrap.written(),
+        # a one-seed row's run-to-run variance: the experiment's sequential rule's assumption (opd.plan.rule_of)
+        one_seed_ratio=P.rule_of(EXPERIMENT).one_seed_ratio,
         admission=EXPERIMENT.admission.written(),
         rl_collapse=EXPERIMENT.rl_collapse.written(),  # as config.yaml writes it: the script reads opd.spec.RLCollapse
         primary=SHOWN,

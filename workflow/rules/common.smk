@@ -18,14 +18,15 @@ E = config["experiments"][EXP]  # the experiment as config.yaml writes it (passe
 # The adaptive design (opd.plan), where the experiment has one: the sequential rows' seeds and the edges' rows,
 # planned from the complete runs on disk each time the DAG is built. One snakemake call trains the round planned
 # when it starts; `snakemake -n` shows it; `python -m opd.cli calibrate` calls snakemake until nothing is left.
+from opd import plan as P
+
 PLAN = None
 if EXPERIMENT.adaptive:
-    from opd import plan as P
-
     # from checked runs only: the runs a plan reads go through the cache check below first (opd.store.heal_runs)
     PLAN = P.checked(EXPERIMENT, f"results/{EXP}", lambda e: store.heal_runs(
         f"results/{EXP}", [r.run_id for r in e.runs()], ledger=f".snakemake/opd/verified-{EXP}.json",
-        specs=dag.train_specs(e, f"results/{EXP}/_models")))
+        specs=dag.train_specs(e, f"results/{EXP}/_models"),
+        base_specs={s: dag.base_spec(e, s) for s in e.students} if e.backend == "tiny" else None))
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
     for line in PLAN.summary():
         print(line, file=sys.stderr, flush=True)

@@ -144,7 +144,8 @@ def main(inp, out, params):
     opd = [r.name for r in R if r.algorithm == "opd"]
     references = {r.name: r.reference for r in R if r.reference}
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
-                       tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references)
+                       tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references,
+                       one_seed_ratio=params.one_seed_ratio)
     derived.write_table(v, out.verdicts)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
     engines = [r.name for r in R if r.in_budget]
