@@ -39,6 +39,45 @@ def clone(tmp_path):
     return make_clone(tmp_path / "clone")
 
 
+def copy_clone(src: Path, dest: Path) -> Path:
+    """A copy of a built clone for one test to edit: file times and Snakemake's metadata are copied with it, so
+    the copy is as up to date as the original (the fixtures that use it check so with a dry run)."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def small_toy(c):
+    """The toy experiment cut to one student, two rows and 3 runs of 6 short steps (seconds each). Its
+    base models and admission checks are the committed ones (their specs are unchanged)."""
+    e = c["experiments"]["toy"]
+    e["students"] = {"qwen-s": e["students"]["qwen-s"]}
+    e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
+    e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
+    e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
+                 for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
+    e.pop("edges", None), e.pop("sequential", None)  # a fixed design (the bisected edges are test_plan.py's)
+
+
+@pytest.fixture(scope="session")
+def small_toy_built(tmp_path_factory):
+    """A fresh clone cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
+    committed runs' specs differ, so they are moved aside as stale), their analysis built. Built once per
+    session (a minute or more of training and probes): the fault test and the report test start from copies."""
+    clone = make_clone(tmp_path_factory.mktemp("small-toy") / "clone")
+    edit_config(clone, small_toy)
+    snakemake(clone, "-c", "2", "analysis")
+    assert planned(clone, "analysis") == []
+    return clone
+
+
+@pytest.fixture
+def small_toy_clone(small_toy_built, tmp_path):
+    """A copy of small_toy_built for one test to edit, checked up to date (a dry run of the analysis plans nothing)."""
+    dest = copy_clone(small_toy_built, tmp_path / "clone")
+    assert planned(dest, "analysis") == []
+    return dest
+
+
 def snakemake(cwd: Path, *args, check=True) -> subprocess.CompletedProcess:
     r = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True)
     if check and r.returncode != 0:

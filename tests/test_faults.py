@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import TRAIN_RULES, edit_config, jobs_in, snakemake
+from conftest import TRAIN_RULES, edit_config, jobs_in, small_toy, snakemake
 from opd import config as C
 from opd import store
 
@@ -24,20 +24,6 @@ TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_
 # analysis columns computed from those times (the rest of each file is compared)
 FROM_TIMING = {"infra.parquet": ["median_step_s", "tokens/s", "ratio", "rollout wait %", "MFU % (est.)"],
                "time_to_kl.parquet": ["s to final", "s to 90%", "speed-up to final", "speed-up to 90%"]}
-
-
-def small_toy(c):
-    """The toy experiment cut to one student, two rows and 3 runs of 6 short steps (seconds each). Its
-    base models and admission checks are the committed ones (their specs are unchanged)."""
-    e = c["experiments"]["toy"]
-    e["students"] = {"qwen-s": e["students"]["qwen-s"]}
-    e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
-    e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
-    e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
-                 for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
-    e.pop("edges", None), e.pop("sequential", None)  # a fixed design (the bisected edges are test_plan.py's)
-
-
 
 
 def analysis_content(clone) -> dict:
@@ -48,9 +34,8 @@ def analysis_content(clone) -> dict:
     return out
 
 
-def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
-    edit_config(clone, small_toy)
-    snakemake(clone, "-c", "2", "analysis")
+def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(small_toy_clone):
+    clone = small_toy_clone  # small_toy after `snakemake -c 2 analysis` (conftest.small_toy_built), copied
     before = analysis_content(clone)
     runs = clone / "results" / "toy" / "runs"
     for r in ("bf16.qwen-s.s0", "bf16.qwen-s.s1", "noise-15.qwen-s.s0"):
@@ -75,8 +60,8 @@ def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(clone):
     assert all(f"run {d} is damaged" in out for d in damaged)
     quarantined = clone / "results" / "toy" / "_quarantine"
     assert sorted(p.name for p in quarantined.iterdir()) == sorted(damaged + ["log.json"])
-    # the log's last entries and newest folders: this call's (the first call moved the committed runs aside:
-    # stale under small_toy)
+    # the log's last entries and newest folders: this call's (the first call, small_toy_built's, moved the
+    # committed runs aside: stale under small_toy)
     assert sorted(e["run_id"] for e in store.read_json(quarantined / "log.json")[-3:]) == damaged
     assert (max((quarantined / "bf16.qwen-s.s0").iterdir()) / "probes_prefix.parquet").read_bytes() == bytes(pb)
     assert (max((quarantined / "noise-15.qwen-s.s0").iterdir()) / "heldout.parquet").read_bytes() == bytes(b)

@@ -16,8 +16,7 @@ import yaml
 from PIL import Image
 
 from chromium import Chromium, ProtocolError, find_browser
-from conftest import ROOT, edit_config, make_clone, snakemake
-from test_faults import small_toy  # one student, the standard engine (2 seeds) and noise-15: 3 short runs
+from conftest import ROOT, snakemake
 from opd import outputs as O
 
 CAPTIONS = ROOT / "workflow" / "report"
@@ -192,10 +191,11 @@ def check_in_browser(exe: str, root: Path, report: Path, want: dict[str, str], s
     return len(want)
 
 
-def test_report_of_a_small_experiment_renders_in_chromium(browser, tmp_path, request):
+def test_report_of_a_small_experiment_renders_in_chromium(browser, small_toy_clone, tmp_path, request):
+    # conftest.small_toy: one student, the standard engine (2 seeds) and noise-15, 3 short runs, whose training
+    # and analysis small_toy_built ran (`snakemake -c 2 analysis` in a fresh clone); this build makes the rest
     t0 = time.monotonic()
-    clone = make_clone(tmp_path / "clone")
-    edit_config(clone, small_toy)
+    clone = small_toy_clone
     experiment = yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]
     snakemake(clone, "-c", "2")
     t_build = time.monotonic() - t0
@@ -217,7 +217,7 @@ def test_report_of_a_small_experiment_renders_in_chromium(browser, tmp_path, req
     for old in shots.glob("*.png"):
         old.unlink()
     n = check_in_browser(browser, clone, report, want, shots, tmp_path / "profile")
-    print(f"\nreport: {report.stat().st_size / 1e6:.1f} MB, {n} results; pipeline {t_build:.0f} s, "
+    print(f"\nreport: {report.stat().st_size / 1e6:.1f} MB, {n} results; pipeline after the analysis {t_build:.0f} s, "
           f"all {time.monotonic() - t0:.0f} s; screenshots in {shots}")
     request.node.user_properties.append(("screenshots", str(shots)))
 

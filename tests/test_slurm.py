@@ -73,6 +73,7 @@ def test_toy_rows_end_to_end_through_profile_slurm_two_in_flight(slurm_cluster, 
 
 def test_requeue_after_timeout_signal_resumes_without_lost_or_duplicated_steps(slurm_cluster, tmp_path):
     spec = toy_spec(tmp_path, steps=60)
+    reference = straight_run(spec, tmp_path / "straight")
     run = tmp_path / "run"
     result = {}
     t = threading.Thread(target=lambda: result.update(meta=launch.run_train(
@@ -86,12 +87,8 @@ def test_requeue_after_timeout_signal_resumes_without_lost_or_duplicated_steps(s
     assert not t.is_alive()
     meta = result["meta"]
     assert meta["status"] == "complete" and meta["attempts"] == 2 and meta["slurm_job_ids"] == [job, job]
-    steps = store.read_table(run / "steps.parquet")
-    assert steps["step"].tolist() == list(range(60))
-    from opd.backends.tiny.trainer import train_run
-    train_run(spec, tmp_path / "straight")
-    straight = store.read_table(tmp_path / "straight" / "steps.parquet")
-    pd.testing.assert_frame_equal(steps.drop(columns=TIMING), straight.drop(columns=TIMING))
+    reference.join(timeout=300)
+    same_steps(run, tmp_path / "straight", 60)
 
 
 def train_in_background(spec: dict, run) -> tuple[threading.Thread, dict]:

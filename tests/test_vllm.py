@@ -29,7 +29,9 @@ from opd.backends.verl.data import toy_task
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
-ENGINE = {"gpu_memory_utilization": 0.3}  # on a CPU: the share of memory for the engine's KV cache
+# on a CPU: the engine's KV cache, a fixed size (the toy's sequences need a few MB of it) rather than a share of the
+# machine's memory, so that the processes of a test can run side by side on any machine (run_in_vllm)
+ENGINE = {"kv_cache_memory_bytes": 256 << 20}
 N_TRAIN, N_HELD = 64, 64
 
 
@@ -56,12 +58,23 @@ def spec_for(toy, kind="train", **fields) -> dict:
     return {**common, **own, **fields}
 
 
-def run_in_vllm(python, *args, cwd):
-    """One job in its own process (a vLLM engine's CPU memory is only returned when its process ends).
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 is vLLM's own switch for running the engine in-process."""
-    r = subprocess.run([python, *args], cwd=cwd, capture_output=True, text=True, timeout=900,
-                       env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    assert r.returncode == 0, f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+def run_in_vllm(python, *jobs, cwd):
+    """Each job (its arguments to `python`) in its own process (a vLLM engine's CPU memory is only returned when
+    its process ends), all started at once: the jobs are independent and each engine computes on one thread,
+    so on a machine of two cores or more they run side by side. VLLM_ENABLE_V1_MULTIPROCESSING=0 is vLLM's own
+    switch for running the engine in-process."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    procs = [(args, subprocess.Popen([python, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)) for args in jobs]
+    try:
+        for args, p in procs:
+            out, err = p.communicate(timeout=900)
+            assert p.returncode == 0, f"{' '.join(args)} failed ({p.returncode}):\n{out[-3000:]}\n{err[-6000:]}"
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
 
 
 def problems_of(path) -> Problems:
@@ -75,13 +88,14 @@ def test_admission_check_applies_the_rows_numerics_in_a_real_vllm_engine(toy, vl
     engine: zero for the standard engine, positive when the hook quantizes, and for weight noise of the
     size of the tiny engine's estimate on the same prompts (sampling noise allowed: a factor of 2)."""
     rows = [{"name": "bf16"}, {"name": "nvfp4", "weights": "nvfp4"}, {"name": "noise-15", "noise_sigma": 0.15}]
-    d_hat = {}
+    jobs = []
     for row in rows:
         spec = tmp_path / f"{row['name']}.json"
         spec.write_text(json.dumps(spec_for(toy, "admission", row=row)))
-        out = tmp_path / f"{row['name']}.parquet"
-        run_in_vllm(vllm_python, "-m", "opd.cli", "admission", "--spec", str(spec), "--out", str(out), cwd=ROOT)
-        d_hat[row["name"]] = float(stats.offline_estimates(store.read_table(out), ["config"])["d_hat"].iloc[0])
+        jobs.append(["-m", "opd.cli", "admission", "--spec", str(spec), "--out", str(tmp_path / f"{row['name']}.parquet")])
+    run_in_vllm(vllm_python, *jobs, cwd=ROOT)  # one admission job (both its engines) per row, as the DAG runs them
+    d_hat = {row["name"]: float(stats.offline_estimates(store.read_table(tmp_path / f"{row['name']}.parquet"),
+                                                        ["config"])["d_hat"].iloc[0]) for row in rows}
     assert d_hat["bf16"] == 0.0  # the same engine twice: not a single token's log-probability differs
     assert d_hat["nvfp4"] > 1e-4, "NVFP4 weights left the engine unchanged: the hook did not reach vLLM's weights"
     assert d_hat["noise-15"] > d_hat["nvfp4"]
@@ -99,7 +113,7 @@ def test_heldout_evaluation_in_a_real_vllm_engine(toy, vllm_python, tmp_path):
     M.export_hf(toy["teacher"], run / "hf" / "step_10")  # where verl.model_merger would have put step 10
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(spec_for(toy)))
-    run_in_vllm(vllm_python, "-m", "opd.backends.verl", "heldout", "--spec", str(spec), "--run-dir", str(run), cwd=ROOT)
+    run_in_vllm(vllm_python, ["-m", "opd.backends.verl", "heldout", "--spec", str(spec), "--run-dir", str(run)], cwd=ROOT)
     got = store.read_table(run / "heldout.parquet", store.HELDOUT)
     assert sorted(got["step"].unique()) == [0, 10] and (got.groupby("step").size() == N_HELD).all()
     final = got[got["step"] == 10]
@@ -177,11 +191,10 @@ def test_a_reloaded_engine_samples_like_a_fresh_engine_on_that_checkpoint(toy, v
     M.export_hf(toy["teacher"], ckpt)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(spec_for(toy, sequences=ids, verl={"engine": {**ENGINE, "block_size": 32}})))
-    got = {}
-    for mode in ("reload", "fresh"):
-        out = tmp_path / f"{mode}.json"
-        run_in_vllm(vllm_python, "-c", RELOAD, str(spec), str(ckpt), str(out), mode, cwd=ROOT)
-        got.update(json.loads(out.read_text()))
+    modes = ("reload", "fresh")  # two processes: the fresh engine shares nothing with the reloaded one
+    run_in_vllm(vllm_python, *(["-c", RELOAD, str(spec), str(ckpt), str(tmp_path / f"{m}.json"), m] for m in modes),
+                cwd=ROOT)
+    got = {k: v for m in modes for k, v in json.loads((tmp_path / f"{m}.json").read_text()).items()}
     assert [t for t, _ in got["reset"]] == [t for t, _ in got["fresh"]]
     reset, fresh = ([lp for _, l in got[k] for lp in l] for k in ("reset", "fresh"))
     assert np.abs(np.subtract(reset, fresh)).max() < RELOAD_ATOL
