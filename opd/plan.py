@@ -37,6 +37,9 @@ def memo_path(experiment: str) -> str:
     return f".snakemake/opd/plan-{experiment}.json"
 
 
+# the row family (opd.rows.Row.family) of an edge's field: the grid an edge is compared with is the experiment's own
+# rows of that family (and the baseline); the schema's `field` enum lists the same fields
+FIELD_FAMILY = {"noise_sigma": "noise"}
 MEMO_VERSION = 1  # raise it when a decision's computation changes (opd.stats, opd.calibration, _decide)
 DIGITS = 4  # an edge value's significant digits: its row name and the value trained are the same number
 

@@ -301,7 +301,8 @@ def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tm
     from types import SimpleNamespace
 
     from opd import report
-    e = experiment(toy_config, rows=[{"name": "grid-lo", "noise_sigma": 0.03}, {"name": "grid-hi", "noise_sigma": 0.15}],
+    e = experiment(toy_config, rows=[{"name": "grid-lo", "noise_sigma": 0.03}, {"name": "grid-hi", "noise_sigma": 0.15},
+                                     {"name": "other", "weights": "nvfp4"}],  # not on the axis: not the grid
                    edges=[EDGE], base_seeds=(0, 1, 2))
     world = World(quadratic(0.07), run_sd=0.01)
     end = calibrate(e, world)[-1]
@@ -310,7 +311,9 @@ def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tm
                                        "kl": r.kl.to_numpy()}) for rid, r in world.results.items()])
     steps = pd.DataFrame({"run_id": list(world.results), "d_n": [r.D for r in world.results.values()]})
     deltas = {c: g for c, g in heldout.groupby("config")}
-    verdicts = pd.DataFrame([{"student": "qwen-s", "config": c, "D": 0.001 + end.experiment.row(c).noise_sigma ** 2,
+    # `other` passes at a D above every noise row's: in the grid it would move grid_lo
+    verdicts = pd.DataFrame([{"student": "qwen-s", "config": c,
+                              "D": 0.5 if c == "other" else 0.001 + end.experiment.row(c).noise_sigma ** 2,
                               "delta": quadratic(0.07)(end.experiment.row(c)), "ci_lo_seeds": 0.01, "ci_hi_seeds": 9.0,
                               "ci_lo": 0.01, "ci_hi": 9.0, "n_runs": g["run_id"].nunique()} for c, g in deltas.items()])
     paths = {}

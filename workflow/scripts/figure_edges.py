@@ -29,12 +29,12 @@ def main(inp, out, params):
                            label={"pass": "passes", "fail": "fails", None: "undecided"}[verdict])
         for xi, (v, D, n) in zip(x, s[["value", "D", "n_seeds"]].itertuples(index=False)):
             if np.isfinite(D):
-                ax.annotate(f"σ {v:g}\n{n} seed{'s' if n > 1 else ''}", (xi, D), xytext=(3, 0),
-                            textcoords="offset points", fontsize=4.5, va="center")
+                ax.annotate(f"{v:.3g} ({n})", (xi, D), xytext=(0, 5), textcoords="offset points", fontsize=4.5,
+                            ha="center", va="bottom")
         ax.set_yscale("log")
         ax.set_xticks(x)
         ax.set_xlim(0.5, x.max() + 0.9)
-        ax.set_xlabel("value tried (in order)")
+        ax.set_xlabel("value tried, in order\n(labels: σ (seeds run))")
         last = s.iloc[-1]
         edge = np.sqrt(last["D_lo_after"] * last["D_hi_after"])
         grid = (f"grid {g['grid_lo']:.2g}-{g['grid_hi']:.2g}" if np.isfinite(g["grid_edge"]) else
