@@ -166,7 +166,18 @@ def main():
     exp = C.load()["experiments"][EXPERIMENT]
     heldout = store.read_table(ROOT / f"results/{EXPERIMENT}/analysis/heldout.parquet")
     baseline = next(r["name"] for r in exp["rows"] if r.get("baseline"))
-    noise = cal.measure_noise(heldout, baseline)
+    # the noise sizes of the fixed design (the rows config.yaml writes), which the rule's replay and its
+    # pre-registered one_seed_ratio are about; the bisected edges' rows are checked against that ratio below
+    configured = {r["name"] for r in exp["rows"]}
+    noise = cal.measure_noise(heldout[heldout["config"].isin(configured)], baseline)
+    edges = cal.measure_noise(heldout[heldout["config"].isin(configured) | heldout["config"].str.startswith(
+        tuple(f"{x['name']}-" for x in exp.get("edges", ())) or ("\0",))], baseline)
+    stated = exp.get("sequential", {}).get("one_seed_ratio")
+    if stated is not None:
+        print(f"the toy's pre-registered one_seed_ratio {stated}; the largest row / baseline run SD ratio, fixed "
+              f"design: " + ", ".join(f"{s} {x:.2f}" for s, x in zip(noise["student"], noise["run_ratio_max"]))
+              + "; with the bisected edges' rows: "
+              + ", ".join(f"{s} {x:.2f}" for s, x in zip(edges["student"], edges["run_ratio_max"])) + "\n")
     fields = {}
     for part in PARTS:
         for student, f in part(exp, heldout, noise, args.experiments).items():
