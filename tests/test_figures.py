@@ -94,7 +94,8 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
     params = SimpleNamespace(rows=[Row.of(r).resolved() for r in rows], baseline="bf16", tau=0.2,
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,
-                             students=STUDENTS, backend="tiny", rl_collapse={"accuracy_points": 5})
+                             students=STUDENTS, backend="tiny", rl_collapse={"accuracy_points": 5},
+                             one_seed_ratio=1.0)  # no sequential rule: a one-seed row as noisy as the baseline
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
     rng = np.random.default_rng(1)
     cases = [(m, layer, part, v * share) for m, layer, v in [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001)]
@@ -113,6 +114,17 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
                                      "waves": 1 + b // (64 * f), "tokens_per_s": b * 30 / (1 + b // (64 * f)),
                                      "concurrent": min(b, 64 * f)} for kv, f in (("none", 1), ("fp8_e4m3", 2))
                                     for b in (32, 64, 128, 256)]), a / "memory_bound.parquet")
+    # a bisected edge as rule edges writes it (opd.plan.edges_frame and the grid's budget): 0.02 passes, 0.2 fails,
+    # their midpoint 0.063 passes, then 0.11 fails; the bracket after each value
+    D = {0.02: 4e-4, 0.2: 0.07, 0.06325: 0.004, 0.1125: 0.015}
+    verdict = {0.02: "pass", 0.2: "fail", 0.06325: "pass", 0.1125: "fail"}
+    after = [(4e-4, np.nan), (4e-4, 0.07), (0.004, 0.07), (0.004, 0.015)]
+    store.write_table(pd.DataFrame([
+        {"edge": "edge", "student": "m", "order": i, "value": v, "row": f"edge-{v}", "n_seeds": 1 + i % 3,
+         "verdict": verdict[v], "delta": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "D": D[v], "lo_after": np.nan,
+         "hi_after": np.nan, "D_lo_after": lo, "D_hi_after": hi, "stopped": "max_rows", "grid_lo": 0.003,
+         "grid_hi": 0.02, "grid_rows": 3, "grid_runs": 9, "grid_fails": 1, "grid_edge": np.sqrt(0.003 * 0.02)}
+        for i, (v, (lo, hi)) in enumerate(zip(D, after))]), a / "edges.parquet")
     return a
 
 
