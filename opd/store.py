@@ -241,8 +241,14 @@ def atomic_torch_save(obj, path) -> None:
 
 
 def is_complete(run_dir) -> bool:
+    """Whether a run's run.json says complete; False for a missing, unreadable or malformed one (the cache check,
+    heal_runs, names and moves it: this only answers, e.g. for opd.plan, which reads runs before that check)."""
     p = Path(run_dir) / "run.json"
-    return p.exists() and read_json(p).get("status") == "complete"
+    try:
+        meta = read_json(p) if p.exists() else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("status") == "complete"
 
 
 # ---------------------------------------------------------------- the self-checking cache of runs
