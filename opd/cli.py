@@ -14,17 +14,19 @@ import sys
 from pathlib import Path
 
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, Launcher,
-                      MemoryBoundSpec, ThroughputSpec, TrainSpec)
+                      MemoryBoundSpec, PredictorSpec, ThroughputSpec, TrainSpec)
 
 SPECS: dict[str, type[JobSpec]] = {"train": TrainSpec, "base": BaseSpec, "admission": AdmissionSpec,
                                    "kv-attribution": KVAttributionSpec, "throughput": ThroughputSpec,
-                                   "memory-bound": MemoryBoundSpec, "heldout": HeldoutSpec}
+                                   "memory-bound": MemoryBoundSpec, "heldout": HeldoutSpec,
+                                   "predictors": PredictorSpec}
 JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes it with which function)
     "base": "train a student and its teacher (tiny backend)",
     "admission": "offline admission estimate D_hat for one row and student",
     "kv-attribution": "per-layer FP8 KV-cache attribution of the offline mismatch",
     "throughput": "measured async throughput against staleness k",
     "memory-bound": "engine throughput at memory-bound batch sizes, BF16 against FP8 KV cache",
+    "predictors": "offline statistics of one row's engine at the step-0 student (tiny backend)",
     "heldout": "held-out evaluation of one policy (the student, or a run's step) as a part file (verl backend)",
 }
 

@@ -11,6 +11,7 @@ from typing import Callable
 
 from opd.rows import Row
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, MemoryBoundSpec,
+                      PredictorSpec,
                       Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, run_id)
 
 
@@ -116,6 +117,17 @@ def admission_spec(e: Experiment, row: Row, student: str, base: dict[str, str]) 
     a = e.admission
     return AdmissionSpec(**_offline(e, student, base), row=Row.of(row.params()), prompts=a.prompts,
                          responses=a.responses, seed=a.seed, **_verl(e, student))
+
+
+def predictor_spec(e: Experiment, row: Row, student: str, base: dict[str, str]) -> PredictorSpec:
+    """A candidate engine's step-0 statistics: the probes' prompts and probe seed (probes), the admission check's
+    seed for the engine's own randomness."""
+    if e.backend != "tiny":
+        raise ValueError(f"experiment {e.name}: the step-0 predictor statistics are exact sums over the tiny "
+                         f"backend's vocabulary; the {e.backend} backend has no such job (docs/methods.md)")
+    p = probes(e)
+    return PredictorSpec(**_offline(e, student, base), row=Row.of(row.params()), probes=p.with_(steps=(0,), extra_seeds=()),
+                         seed=e.admission.seed)
 
 
 def kv_attribution_spec(e: Experiment, student: str, base: dict[str, str], recipes) -> KVAttributionSpec:

@@ -71,6 +71,7 @@ OTHER_ANALYSIS_FILES: tuple[str, ...] = (
     "guard",  # rule guard_analysis (analysis.smk)
     "edges",  # rule edges (analysis.smk)
     "probes", "probes_prefix",  # rule probes (mechanism.smk)
+    "predictor_stats", "predictors",  # rule predictors (analysis.smk)
 )
 
 
@@ -160,6 +161,9 @@ OUTPUTS: tuple[Output, ...] = (
            "staleness against the learning rate", BUDGET),
     Output("edges", "figure", ("edges",), lambda m: bool(m.edges),
            "the bisected budget edges: each value tried, in order, and the bracket narrowing", BUDGET),
+    Output("predictors", "figure", ("predictor_stats", "predictors"), lambda m: m.backend == "tiny" and admission_rows(m),
+           "which offline statistic at the step-0 student predicts training: held-out agreement and rank correlation",
+           ADMISSION),
     Output("guard", "figure", ("guard", "steps"), guarded_rows,
            "the mismatch guard: d_n per step with its activations, Delta against throughput", BUDGET),
     # tables

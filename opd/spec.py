@@ -636,6 +636,21 @@ class AdmissionSpec(_OfflineSpec):
 
 
 @dataclass(frozen=True)
+class PredictorSpec(_OfflineSpec):
+    """The offline statistics of one row's engine on one student at its step-0 weights (the mechanism probes'
+    quantities at one probe point, opd.backends.tiny.probes.step0_statistics): what might predict training's
+    outcome before any training. Engine randomness (a noise direction) drawn with `seed`, as the admission check's."""
+    KIND = "predictors"
+    row: Row
+    probes: Probes
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.row.name}.{self.student}"
+
+
+@dataclass(frozen=True)
 class KVAttributionSpec(_OfflineSpec):
     """The per-layer FP8 KV-cache attribution of one student, for each recipe of `recipes`."""
     KIND = "kv_attribution"

@@ -815,3 +815,115 @@ def edge_counts(verdicts: pd.DataFrame, edge: float, tau: float, rule: str = "se
     near = verdicts[(verdicts["D"] >= edge / factor) & (verdicts["D"] <= edge * factor)]
     f = rule_fails(near, tau, rule)
     return int((f == False).sum()), int((f == True).sum())  # noqa: E712
+
+
+# ---------------------------------------------------------------- offline predictors of training's outcome
+
+# The offline statistics judged as predictors (columns of the predictor table, workflow/scripts/predictors.py), with
+# their labels: the admission check's D_hat, then the step-0 statistics (opd.backends.tiny.probes.step0_statistics).
+PREDICTORS: dict[str, str] = {
+    "d_hat": "D̂ (the admission check's)", "d": "D̂ (probe prefixes)", "kl_qp": "KL(q‖p) exact",
+    "tv": "total variation", "kl_qp_rel": "KL(q‖p) / KL(p‖teacher)", "coherence": "bias coherence",
+    "T_U_logit": "T / U (logit)", "T_U_param": "T / U (param)", "S_U_param": "S / U (param)",
+    "E_U_logit": "(T+S) / U (logit)", "E_U_param": "(T+S) / U (param)", "cos_TU_param": "cos(T, U) (param)",
+    "T_persist_U_param": "persistent T / U (param)",
+}
+
+
+class Threshold(NamedTuple):
+    """A one-statistic rule: admit (predict pass) iff sign * x <= t."""
+    sign: int
+    t: float
+
+    def admits(self, x) -> np.ndarray:
+        return self.sign * np.asarray(x, dtype=float) <= self.t
+
+
+def fit_threshold(x, passed) -> Threshold:
+    """The threshold rule that agrees with the most of `passed` (bool) on x: both directions and every cut between
+    two values of x (and beyond either end) tried; ties go to sign +1 (more of the statistic is worse), then to the
+    middle one of the best cuts in x's order."""
+    x, y = np.asarray(x, dtype=float), np.asarray(passed, dtype=bool)
+    best = None
+    for sign in (1, -1):
+        v = np.unique(sign * x)
+        cuts = np.concatenate([[v[0] - 1.0], (v[:-1] + v[1:]) / 2, [v[-1] + 1.0]])
+        acc = ((sign * x[None, :] <= cuts[:, None]) == y[None, :]).sum(1)
+        top = np.flatnonzero(acc == acc.max())
+        cand = (int(acc.max()), sign, float(cuts[top[len(top) // 2]]))
+        if best is None or cand[0] > best[0]:
+            best = cand
+    return Threshold(best[1], best[2])
+
+
+def held_out_admits(x, passed, folds) -> np.ndarray:
+    """Each candidate's prediction by the threshold fitted on every other fold (`folds`: one label per candidate:
+    its own index for leave-one-out, its student for leave-one-student-out). NaN-free inputs."""
+    x, y, f = np.asarray(x, dtype=float), np.asarray(passed, dtype=bool), np.asarray(folds)
+    out = np.zeros(len(x), dtype=bool)
+    for g in np.unique(f):
+        out[f == g] = fit_threshold(x[f != g], y[f != g]).admits(x[f == g])
+    return out
+
+
+def predictor_record(table: pd.DataFrame, statistics, *, outcome: str = "outcome", delta: str = "delta") -> pd.DataFrame:
+    """How well each offline statistic (columns of `table`, one row per candidate engine and student with its
+    training `outcome` "pass"/"fail" and its Delta) predicts training: for split `row` (leave one candidate out)
+    and `student` (leave one student out) the share of candidates whose held-out threshold rule (fit_threshold on
+    the other candidates, pooled over students) agrees with training, and Spearman's rho of the statistic with
+    Delta (pooled for `row`, on the held-out student for each `student` fold), with n. `selected` is the nested
+    choice: in each fold the statistic with the best training-fold agreement, then its threshold, so its accuracy
+    is not flattered by picking the best statistic on the same candidates. Rows per split over all students
+    (`student` = "all") and, for split `student`, per held-out student."""
+    t = table[table[outcome].isin(["pass", "fail"])].reset_index(drop=True)
+    y, students = (t[outcome] == "pass").to_numpy(), t["student"].to_numpy()
+    folds = {"row": np.arange(len(t)), "student": students}
+    preds, rows = {}, []
+    for stat in statistics:
+        x = pd.to_numeric(t[stat], errors="coerce").to_numpy(dtype=float)
+        ok = np.isfinite(x)
+        for split, f in folds.items():
+            p = np.full(len(t), np.nan)
+            if ok.sum() >= 2 and len(np.unique(f[ok])) >= 2:
+                p[ok] = held_out_admits(x[ok], y[ok], f[ok])
+            preds[stat, split] = p
+    for split, f in folds.items():  # nested: the statistic is chosen inside each fold
+        p = np.full(len(t), np.nan)
+        for g in np.unique(f):
+            tr, te = f != g, f == g
+            if not tr.any():
+                continue
+            best = max(statistics, key=lambda s: (_fold_accuracy(t[s], y, tr), -list(statistics).index(s)))
+            x = pd.to_numeric(t[best], errors="coerce").to_numpy(dtype=float)
+            fit = tr & np.isfinite(x)
+            if fit.sum() < 2:
+                continue
+            p[te] = np.where(np.isfinite(x[te]), fit_threshold(x[fit], y[fit]).admits(x[te]), np.nan)
+        preds["selected", split] = p
+    d = pd.to_numeric(t[delta], errors="coerce").to_numpy(dtype=float)
+    for (stat, split), p in preds.items():
+        x = pd.to_numeric(t[stat], errors="coerce").to_numpy(dtype=float) if stat != "selected" else None
+        groups = [("all", np.ones(len(t), bool))] + ([(s, students == s) for s in np.unique(students)]
+                                                     if split == "student" else [])
+        for who, m in groups:
+            k = m & np.isfinite(p)
+            rho = float("nan")
+            if x is not None:
+                r = k & np.isfinite(d)
+                rho = (float(np.nanmean([_spearman_rows(x[r & (students == s)], d[r & (students == s)])
+                                         for s in np.unique(students[r])])) if split == "student" and who == "all"
+                       else float(_spearman_rows(x[r], d[r]))) if r.sum() >= 3 else float("nan")
+            rows.append({"statistic": stat, "split": split, "student": who, "n": int(k.sum()),
+                         "n_agree": int((p[k].astype(bool) == y[k]).sum()),
+                         "accuracy": float((p[k].astype(bool) == y[k]).mean()) if k.any() else float("nan"),
+                         "spearman": rho, "n_pass": int(y[k].sum())})
+    return pd.DataFrame(rows)
+
+
+def _fold_accuracy(col, y, train) -> float:
+    """Training-fold agreement of the best threshold on one statistic (NaN candidates left out)."""
+    x = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+    m = train & np.isfinite(x)
+    if m.sum() < 2:
+        return -1.0
+    return float((fit_threshold(x[m], y[m]).admits(x[m]) == y[m]).mean())

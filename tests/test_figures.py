@@ -114,6 +114,18 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
                                      "waves": 1 + b // (64 * f), "tokens_per_s": b * 30 / (1 + b // (64 * f)),
                                      "concurrent": min(b, 64 * f)} for kv, f in (("none", 1), ("fp8_e4m3", 2))
                                     for b in (32, 64, 128, 256)]), a / "memory_bound.parquet")
+    # every candidate's step-0 statistics as rule predictor_stats writes them (each a multiple of its D), judged by the
+    # predictors script
+    v = store.read_table(out.verdicts).set_index("config")["D"]
+    cands = store.read_table(out.admission).query("candidate")["config"]
+    pred = []
+    for c in cands:
+        pred.append(str(a / f"pred.{c}.parquet"))
+        store.write_table(pd.DataFrame([{"config": c, "student": "m", "seconds": 1.0,
+                                         **{k: v[c] * (1 + i) for i, k in enumerate(stats.PREDICTORS) if k != "d_hat"}}]),
+                          pred[-1])
+    load("predictors").main(Files(stats=pred, admission=out.admission, verdicts=out.verdicts),
+                            Files(table=str(a / "predictor_stats.parquet"), record=str(a / "predictors.parquet")), None)
     # a bisected edge as rule edges writes it (opd.plan.edges_frame and the grid's budget): 0.02 passes, 0.2 fails,
     # their midpoint 0.063 passes, then 0.11 fails; the bracket after each value
     D = {0.02: 4e-4, 0.2: 0.07, 0.06325: 0.004, 0.1125: 0.015}
@@ -321,7 +333,7 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     s = json.loads((analysis / "admission_summary.json").read_text())
     assert f"{s['n_agree']} of {s['n_decisions']} candidate engines" in text
     assert f"admitting every candidate would agree on {s['n_admit_all_agree']} of {s['n_decisions']}" in text
-    assert "rl-n1: -20.0 accuracy points vs its standard-engine run (collapsed: accuracy)" in text
+    assert "rl-n1: -20.0 accuracy points vs its standard-engine run (1 seed) (collapsed: accuracy)" in text
     kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
     assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} ± {kv.loc[('only', 0, 'k'), 'share_se']:.0%}" in text
 

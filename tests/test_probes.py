@@ -144,22 +144,40 @@ def test_probe_point_exact_engine_has_no_error_and_a_noisy_one_has(models):
     state = student.state_dict()
     same, _ = probe_for(student, Numerics(dtype=torch.float32))  # the trainer's own numerics: q = p
     fixed = P.fixed_prefixes(student, same.prompts, 0)
-    out, pre = P.probe_point(same, state, state, student.cfg, teacher, train, fixed)
+    out, pre, _ = P.probe_point(same, state, state, student.cfg, teacher, train, fixed)
     # (q and p differ only by float order: the engine decodes token by token, the trainer in one pass)
     assert out["T_logit"] < 1e-7 and out["T_param"] < 1e-5 and out["opd_bias_mean"] < 1e-7
     # common random numbers: the engine and the trainer visit the very same prefixes, so no prefix shift
     assert out["S_logit"] < 1e-7 and out["S_param"] < 1e-5 and out["U_logit"] > 1e-4
     noisy, _ = probe_for(student, Numerics(noise_sigma=0.3))
-    out, pre = P.probe_point(noisy, state, state, student.cfg, teacher, train, fixed)
+    out, pre, _ = P.probe_point(noisy, state, state, student.cfg, teacher, train, fixed)
     assert out["T_logit"] > 1e-4 and out["S_logit"] > 0 and out["d"] > 1e-3
     assert 0 < out["opd_bias_bound_max_l1"] <= 1 and out["opd_bias_bound_max_l2"] <= out["opd_bias_bound_max_l1"]
     assert len(pre) == 20 and bool((pre["opd_bias"] <= pre["opd_bound"]).all())
     # an engine with calibrated activation scales is built as the trainer builds it (its calibration problems)
     static, _ = probe_for(student, Numerics(activations="fp8_static"))
-    out_static, _ = P.probe_point(static, state, state, student.cfg, teacher, train, fixed)
+    out_static, _, _ = P.probe_point(static, state, state, student.cfg, teacher, train, fixed)
     assert out_static["T_logit"] > 0 and out_static["d_engine"] == pytest.approx(out_static["d"])
     # at step 0 the fixed prefixes are the trainer's own: the fixed-prefix update is the ideal update U
     assert out["upd_fixed_logit"] == pytest.approx(out["U_logit"]) and out["U_param"] == pytest.approx(out["upd_fixed_param"])
+
+
+def test_step0_statistics_are_zero_for_the_trainers_own_engine_and_see_a_redrawn_directions_persistence(models):
+    """The offline statistics a candidate engine gets at the step-0 student (the predictors stage): none of error
+    for the trainer's own numerics; for a noisy engine positive, with the persistent error equal to the per-token
+    error when the direction is fixed and smaller when it is redrawn every step (its directions partly cancel)."""
+    from opd.spec import Probes
+    student, teacher = models
+    probe = Probes.of({"prompts": 8, "responses": 2, "probe_seed": 0, "steps": [0]})
+    same = P.step0_statistics(Numerics(dtype=torch.float32), student, teacher, probe, 0)
+    assert same["tv"] < 1e-6 and same["T_U_param"] < 1e-4 and same["kl_qp_rel"] < 1e-6
+    fixed = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1), student, teacher, probe, 0)
+    assert fixed["tv"] > 1e-3 and fixed["T_U_param"] > 1e-2 and 0 < fixed["coherence"] <= 1
+    assert fixed["T_persist_U_param"] == fixed["T_U_param"]
+    assert fixed["E_U_param"] <= fixed["T_U_param"] + fixed["S_U_param"] + 1e-9  # the triangle inequality
+    assert -1 <= fixed["cos_TU_param"] <= 1
+    redrawn = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1, noise_redraw=True), student, teacher, probe, 0)
+    assert redrawn["T_persist_U_param"] < 0.9 * redrawn["T_U_param"]
 
 
 # ---------------------------------------------------------------- a probed run and the stage

@@ -493,3 +493,46 @@ def test_significant_inversions_need_disjoint_seed_intervals_and_the_edge_has_th
     assert e.edge == pytest.approx(np.sqrt(0.006 * 0.004)) and e.kl0 == pytest.approx(0.2)
     assert e.lo_over_d0 == pytest.approx(60) and e.hi_over_kl0 == pytest.approx(0.02)
     assert stats.edge_counts(v[v["config"] != "bf16"], e.edge, 0.2, factor=2) == (1, 1)
+
+
+# ---------------------------------------------------------------- offline predictors (predictors stage)
+
+def test_a_threshold_rule_separates_what_can_be_separated_in_either_direction():
+    x = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    y = np.array([True, True, True, False, False])
+    t = stats.fit_threshold(x, y)
+    assert t.sign == 1 and 0.3 < t.t < 0.4 and (t.admits(x) == y).all()
+    t = stats.fit_threshold(x, ~y)  # here more of the statistic is better
+    assert t.sign == -1 and (t.admits(x) == ~y).all()
+
+
+def test_held_out_agreement_is_chance_for_noise_and_the_nested_choice_is_not_flattered():
+    """Leave-one-out never sees the candidate it predicts: statistics that are noise agree at about chance, below
+    what the best of them agrees in sample (fitted with every candidate in), and so does the nested choice among
+    them; one that orders the outcome agrees everywhere, also leaving out a whole student."""
+    rng = np.random.default_rng(0)
+    n = 120
+    y = rng.random(n) < 0.5
+    t = pd.DataFrame({"student": np.repeat(["a", "b", "c"], n // 3), "outcome": np.where(y, "pass", "fail"),
+                      "delta": np.where(y, 0.1, 0.3) + rng.normal(0, 0.01, n),
+                      "good": np.where(y, 1.0, 2.0) + rng.uniform(0, 0.5, n),
+                      **{f"noise{i}": rng.normal(size=n) for i in range(20)}})
+    rec = stats.predictor_record(t, [f"noise{i}" for i in range(20)]).query("student == 'all'").set_index(
+        ["statistic", "split"])
+    noise = rec.drop(index="selected", level=0)
+    assert noise.loc[("noise0", "row"), "n"] == n
+    assert abs(noise.xs("row", level=1)["accuracy"].median() - 0.5) < 0.1
+    in_sample = max((stats.fit_threshold(t[c], y).admits(t[c]) == y).mean() for c in t if c.startswith("noise"))
+    assert rec.loc[("selected", "row"), "accuracy"] <= noise.xs("row", level=1)["accuracy"].max() < in_sample
+    assert abs(rec.loc[("selected", "row"), "accuracy"] - 0.5) < 0.15
+    rec = stats.predictor_record(t, ["good", "noise0"]).query("student == 'all'").set_index(["statistic", "split"])
+    assert rec.loc[("good", "row"), "accuracy"] == 1.0 and rec.loc[("good", "student"), "accuracy"] == 1.0
+    assert rec.loc[("selected", "student"), "accuracy"] == 1.0 and rec.loc[("good", "row"), "spearman"] > 0.6
+
+
+def test_a_candidate_without_an_outcome_or_a_statistic_is_left_out_and_counted():
+    t = pd.DataFrame({"student": ["a"] * 4 + ["b"] * 4, "outcome": ["pass", "fail", None, "pass"] * 2,
+                      "delta": np.arange(8.0), "s": [0.1, 0.9, 0.5, np.nan, 0.2, 0.8, 0.4, 0.3]})
+    rec = stats.predictor_record(t, ["s"]).set_index(["statistic", "split", "student"])
+    assert rec.loc[("s", "row", "all"), "n"] == 5  # 6 with an outcome, one of them without the statistic
+    assert rec.loc[("s", "student", "a"), "n"] == 2 and rec.loc[("s", "student", "b"), "n"] == 3

@@ -18,6 +18,7 @@ JOBS: dict[tuple[str, str], str] = {
     ("base", "tiny"): "opd.backends.tiny.offline:base_job",
     ("admission", "tiny"): "opd.backends.tiny.offline:admission_job",
     ("admission", "verl"): "opd.backends.verl:admission_job",
+    ("predictors", "tiny"): "opd.backends.tiny.offline:predictors_job",
     ("kv-attribution", "tiny"): "opd.backends.tiny.offline:kv_attribution_job",
     ("kv-attribution", "verl"): "opd.backends.verl:kv_attribution_job",
     ("heldout", "verl"): "opd.backends.verl:heldout_step_job",

@@ -65,3 +65,20 @@ rule guard_analysis:
         f"logs/{EXP}/guard_analysis.log",
     script:
         "../scripts/guard_analysis.py"
+
+
+# Which offline statistic predicts training (tiny backend): every candidate's step-0 statistics (rule
+# predictor_stats) beside its admission estimate and training outcome, and each statistic's leave-one-candidate-out
+# and leave-one-student-out agreement with training (opd.stats.predictor_record).
+rule predictors:
+    input:
+        stats=lambda w: scoped_files(PREDICTOR_FILES),
+        admission=rules.analysis.output.admission,
+        verdicts=rules.analysis.output.verdicts,
+    output:
+        table=ANALYSIS_FILES["predictor_stats"],
+        record=ANALYSIS_FILES["predictors"],
+    log:
+        f"logs/{EXP}/predictors.log",
+    script:
+        "../scripts/predictors.py"

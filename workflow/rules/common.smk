@@ -85,6 +85,10 @@ def opd_engine_rows():
 
 
 ADMISSION = {f"{OUT}/admission/{r.name}.{s}.parquet": r.name for r in opd_engine_rows() for s in r.students_or(PRIMARY)}
+# the same candidates' offline statistics at the step-0 student (opd.dag.predictor_spec; tiny backend: exact sums
+# over its vocabulary), which the predictors rule judges as predictors of training's outcome
+PREDICTOR_FILES = {f"{OUT}/predictors/{r.name}.{s}.parquet": r.name for r in opd_engine_rows()
+                   for s in r.students_or(PRIMARY)} if BACKEND == "tiny" else {}
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
 KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
@@ -113,7 +117,8 @@ ANALYSIS_FILES = {name: f"{ANALYSIS}/{O.analysis_file(name)}" for name in (*O.AN
 if BACKEND != "tiny":  # verl: read from the staleness runs themselves (rule throughput_from_runs)
     ANALYSIS_FILES["async_throughput"] = f"{ANALYSIS}/async_throughput_runs.parquet"
 # what each of the other rules' analysis files is made from, where that is a measurement (a compute job's output)
-MEASURED = {"kv_attribution": KV_ATTRIBUTION_FILES, "memory_bound": [ANALYSIS_FILES["memory_bound"]],
+MEASURED = {"kv_attribution": KV_ATTRIBUTION_FILES, "predictors": list(PREDICTOR_FILES),
+            "predictor_stats": list(PREDICTOR_FILES), "memory_bound": [ANALYSIS_FILES["memory_bound"]],
             "async_throughput": [ANALYSIS_FILES["async_throughput"]] if BACKEND == "tiny" else []}
 
 
@@ -193,9 +198,14 @@ def scoped_rows():
     return [EXPERIMENT.resolved_row(ROWS[name]) for name in scope().rows]
 
 
-def scoped_admission():
+def scoped_files(files):
+    """Of a measurement's files ({path: row}: ADMISSION, PREDICTOR_FILES), those of rows in scope that scope has."""
     s = scope()
-    return [p for p, row in ADMISSION.items() if row in s.rows and s.has(p)]
+    return [p for p, row in files.items() if row in s.rows and s.has(p)]
+
+
+def scoped_admission():
+    return scoped_files(ADMISSION)
 
 
 def scoped_final(w=None):

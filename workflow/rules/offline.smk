@@ -13,6 +13,18 @@ rule admission:
         "python -m opd.cli admission --spec {input.spec} --out {output} --launcher {LAUNCH}"
 
 
+rule predictor_stats:
+    """A candidate engine's offline statistics at the step-0 student (tiny backend): one row."""
+    input:
+        unpack(lambda w: offline_inputs(lambda e, s, base: dag.predictor_spec(e, ROWS[w.row], s, base), w.student)),
+    output:
+        f"{OUT}/predictors/{{row}}.{{student}}.parquet",
+    log:
+        job_log("predictors", "{row}.{student}"),
+    shell:
+        "python -m opd.cli predictors --spec {input.spec} --out {output} --launcher {LAUNCH}"
+
+
 rule kv_attribution_student:
     """One student's cases (every layer, one layer, all but one; keys and values, keys only, values only),
     one row per case and sequence."""

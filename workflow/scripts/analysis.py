@@ -17,6 +17,8 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
     acc = heldout.groupby(["student", "config", "step"])["correct"].mean().reset_index()
     fin = stats.final_heldout(heldout)
     final = fin.groupby(["student", "config"])["correct"].mean()
+    per_seed = fin.groupby(["student", "config", "seed"])["correct"].mean().groupby(["student", "config"])
+    seed_var, n_seeds = per_seed.var(ddof=1), per_seed.size()  # the final accuracy's spread over a row's seeds
     held_len = fin.groupby(["student", "config"])["n_tokens"].mean()  # tokens of a problem's responses, summed
     held_ent = (fin.assign(e=fin["entropy"] * fin["n_tokens"]).groupby(["student", "config"])["e"].sum(min_count=1)
                 / fin.groupby(["student", "config"])["n_tokens"].sum()) if "entropy" in fin else None
@@ -41,6 +43,9 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
                 "reference": ref_name, "opd_config": opd_name, "D": D[me],
                 "accuracy_initial": 100 * a0, "accuracy_final": 100 * final[me],
                 "accuracy_change": 100 * (final[me] - final[ref]) if ref_name else float("nan"),
+                # its standard error over seeds (both rows' seed-to-seed variances; NaN with one seed on either side)
+                "accuracy_change_se": 100 * float(np.sqrt(seed_var[me] / n_seeds[me] + seed_var[ref] / n_seeds[ref]))
+                if ref_name else float("nan"), "n_seeds": int(n_seeds[me]),
                 "entropy_ratio": vs_ref(held_ent), "length_ratio": vs_ref(held_len),
                 "train_entropy_ratio": ent.loc[me, "last"] / ent.loc[me, "first"],
                 "opd_delta": v["delta"].get((student, opd_name), float("nan")) if opd_name else float("nan"),
@@ -48,7 +53,7 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
                 "opd_verdict_seeds": v["verdict_seeds"].get((student, opd_name), None) if opd_name else None,
             })
     cols = ["student", "config", "algorithm", "variant", "reference", "opd_config", "D", "accuracy_initial",
-            "accuracy_final", "accuracy_change", "entropy_ratio", "length_ratio", "train_entropy_ratio", "opd_delta",
+            "accuracy_final", "accuracy_change", "accuracy_change_se", "n_seeds", "entropy_ratio", "length_ratio", "train_entropy_ratio", "opd_delta",
             "opd_verdict", "opd_verdict_seeds"]
     t = stats.rl_collapse(pd.DataFrame(out, columns=cols), **collapse)
     return t.assign(**{k: v for k, v in collapse.items()})

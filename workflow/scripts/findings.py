@@ -111,7 +111,9 @@ def rl_item(r) -> str:
     opd = "not run"
     if r.opd_config:
         opd = f"Δ = {r.opd_delta:+.0%}, {r.opd_verdict_seeds or r.opd_verdict}"
-    return (f"{r.config}: {r.accuracy_change:+.1f} accuracy points vs its standard-engine run"
+    se = f" ± {r.accuracy_change_se:.1f}" if np.isfinite(r.accuracy_change_se) else ""
+    return (f"{r.config}: {r.accuracy_change:+.1f}{se} accuracy points vs its standard-engine run ({int(r.n_seeds)} "
+            f"seed{'s' if r.n_seeds != 1 else ''})"
             f"{f' (collapsed: {r.collapse_criteria})' if r.collapsed else ''}; OPD on that engine: {opd}")
 
 
@@ -436,18 +438,19 @@ def score_variants(verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
                         "slightly harmful", toy="; ".join(items), verdict=verdict, why=why)
 
 
-def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFrame, d0: dict) -> str | None:
+def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, d0: dict) -> str | None:
     rl = rl[(rl["reference"] != rl["config"]) & (rl["variant"] == "none")]
     if rl.empty:
         return None
     v = verdicts.set_index(["student", "config"])
     items, first_rl, first_opd = [], {}, {}
     for r in rl.sort_values(["algorithm", "D"]).itertuples():
-        n = heldout.loc[(heldout["config"] == r.config) & (heldout["student"] == r.student), "seed"].nunique()
         opd_d = v["D"].get((r.student, r.opd_config), float("nan")) if r.opd_config else float("nan")
         opd_pass = r.opd_verdict_seeds == "pass"
+        n = int(r.n_seeds)
+        se = f" ± {r.accuracy_change_se:.1f}" if np.isfinite(r.accuracy_change_se) else ""
         items.append(f"{r.config} ({n} seed{'s' if n != 1 else ''}, engine D {opd_d:.2g} = {opd_d / d0[r.student]:.0f}x D(0)): "
-                     f"{r.accuracy_change:+.1f} points, {'collapsed' if r.collapsed else 'no collapse'}; OPD "
+                     f"{r.accuracy_change:+.1f}{se} points, {'collapsed' if r.collapsed else 'no collapse'}; OPD "
                      f"{r.opd_verdict_seeds}")
         first_rl[r.algorithm] = first_rl.get(r.algorithm, False) or (bool(r.collapsed) and opd_pass)
         first_opd[r.algorithm] = first_opd.get(r.algorithm, False) or (not r.collapsed and r.opd_verdict_seeds == "fail")
@@ -462,7 +465,7 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFrame, d0
     return SCORE.format(claim="RL breaks before OPD.", paper=f"REINFORCE collapses at ~{PAPER_RL['reinforce']}x the "
                         f"standard mismatch and GRPO at ~{PAPER_RL['grpo']}x, on engines OPD passes",
                         toy="; ".join(items) + " (accuracy: the seeds' mean against the same algorithm on the "
-                        "standard engine)", verdict=verdict, why=why)
+                        "standard engine, ± its standard error over seeds)", verdict=verdict, why=why)
 
 
 def score_admission(a: dict) -> str | None:
@@ -510,7 +513,7 @@ def scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primar
     d0 = edge.set_index("student")["d0"].to_dict()
     lines = [score_budget(edge), score_total_mismatch(decides, verdicts, rows),
              score_staleness(verdicts, rows, primary), score_kv(kv) if kv is not None else None,
-             score_variants(verdicts, rows), score_rl(rl, verdicts, heldout, d0) if len(rl) else None,
+             score_variants(verdicts, rows), score_rl(rl, verdicts, d0) if len(rl) else None,
              score_admission(admission) if admission else None]
     lines += score_mechanism(probes[0]) if probes is not None else []
     return [SCORE_HEAD.format(tau=tau)] + [x for x in lines if x] + ["", "## Findings", ""]

@@ -8,9 +8,10 @@ def main(inp, out, params):
     rl = store.read_table(inp[0])
     t = rl.assign(**{"collapse: fired": rl["collapse_criteria"].replace("", "none")})
     t = t[["student", "config", "algorithm", "variant", "reference", "D", "accuracy_initial", "accuracy_final",
-           "accuracy_change", "entropy_ratio", "length_ratio", "train_entropy_ratio", "collapsed", "collapse: fired",
+           "accuracy_change", "accuracy_change_se", "n_seeds", "entropy_ratio", "length_ratio", "train_entropy_ratio", "collapsed", "collapse: fired",
            "opd_config", "opd_delta", "opd_verdict", "opd_verdict_seeds"]].rename(columns={
         "accuracy_initial": "acc. start %", "accuracy_final": "acc. end %", "accuracy_change": "vs standard (pts)",
+        "accuracy_change_se": "± SE over seeds", "n_seeds": "seeds",
         "entropy_ratio": "held-out entropy / standard", "length_ratio": "held-out length / standard",
         "train_entropy_ratio": "train entropy end/start", "opd_delta": "OPD Δ", "opd_verdict": "OPD verdict"})
     notes = ""

@@ -13,7 +13,8 @@ import torch
 from opd import progress, provenance, stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
-from opd.spec import AdmissionSpec, BaseSpec, KVAttributionSpec, MemoryBoundSpec, ThroughputSpec, TrainSpec
+from opd.spec import (AdmissionSpec, BaseSpec, KVAttributionSpec, MemoryBoundSpec, PredictorSpec, ThroughputSpec,
+                      TrainSpec)
 
 from . import model as M
 from .sft import train_base
@@ -57,6 +58,20 @@ def admission_job(spec: AdmissionSpec, out: Path) -> None:
     seqs = stats.sequence_frame(sums, tokens, spec.responses, config=spec.row.name, student=spec.student)
     store.write_table(seqs.assign(seconds=time.perf_counter() - t), out)
     progress.done(f"admission {spec.row.name}.{spec.student}", [out], t)
+
+
+def predictors_job(spec: PredictorSpec, out: Path) -> None:
+    """The step-0 statistics of one row's engine on one student (probes.step0_statistics), one row, with the job's
+    seconds."""
+    from .probes import step0_statistics
+    spec = PredictorSpec.of(spec)
+    set_threads(spec)
+    t = time.perf_counter()
+    values = step0_statistics(Numerics.of_row(spec.row, spec.seed), M.load(spec.student_path),
+                              M.load(spec.teacher_path), spec.probes, spec.task_seed)
+    row = {"config": spec.row.name, "student": spec.student, **values, "seconds": time.perf_counter() - t}
+    store.write_table(pd.DataFrame([row]), out)
+    progress.done(f"predictors {spec.name}", [out], t)
 
 
 def kv_attribution_job(spec: KVAttributionSpec, out: Path) -> None:

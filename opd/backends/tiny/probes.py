@@ -63,6 +63,7 @@ The mechanism stage concatenates the probed runs' files (workflow/scripts/probes
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ from .engine import Engine, KVCache, Numerics, Rollout, engine_version, step_gen
 from .task import RESPONSE_LEN, calibration_batch, make_task
 
 PROBE_STREAM = 15  # the probes' own random stream (prompts, sampling, subsample), apart from training's
+PERSIST_STEPS = 4  # step0_statistics: the steps whose engines a redrawn-noise row's persistence averages over
 
 
 # ---------------------------------------------------------------- exact per-prefix terms
@@ -208,6 +210,7 @@ class Probe:
 class ProbePoint(NamedTuple):
     values: dict  # every quantity of the module docstring, by name
     prefixes: pd.DataFrame  # a seeded subsample of the per-prefix bias and bound
+    vectors: dict  # {space: {"T", "Uq", "U", ...: the mean vector whose norm `values` reports}}
 
 
 def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.ModelConfig, teacher: M.Decoder,
@@ -256,8 +259,9 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
         "T_rl": (pb_q, rl["g"]), "U_rl_sampled": (pb_p, sampled_update(pb_p.logp, tok_p, r_p)),
         "U_sampled": (pb_p, sampled_update(pb_p.logp, tok_p, a_tok)),
     }
+    means = {}
     for space in ("logit", "param"):
-        vec = {k: (_mean(f) if space == "logit" else pb(f)) for k, (pb, f) in vectors.items()}
+        vec = means[space] = {k: (_mean(f) if space == "logit" else pb(f)) for k, (pb, f) in vectors.items()}
         out[f"T_{space}"] = _norm(vec["T"])
         out[f"S_{space}"] = _norm(vec["Uq"] - vec["U"])
         out[f"U_{space}"] = _norm(vec["U"])
@@ -288,7 +292,7 @@ def probe_point(probe: Probe, student_state: dict, engine_state: dict, cfg: M.Mo
                              "rl_bound": rl["bound"][pick].numpy(),
                              "delta_l1": opd["delta"].abs().sum(-1)[pick].numpy(),
                              "a_inf": opd["a"].abs().amax(-1)[pick].numpy()})
-    return ProbePoint(out, prefixes)
+    return ProbePoint(out, prefixes, means)
 
 
 # ---------------------------------------------------------------- a probed run
@@ -334,7 +338,7 @@ def probe_states(probe: Probes | Mapping, spec: TrainSpec | Mapping, states: dic
         fixed = fixed_prefixes(student0, point.prompts, point.probe_seed)
         for s in (steps if main else sorted({steps[0], steps[-1]})):
             v = engine_version(s, k)
-            out, pre = probe_point(point, states[s], states[v], student0.cfg, teacher, train, fixed)
+            out, pre, _ = probe_point(point, states[s], states[v], student0.cfg, teacher, train, fixed)
             rows.append({**ids, "step": s, "engine_version": v, "probe_seed": ps, "main": main, **out})
             if main:
                 samples.append(pre.assign(**ids, step=s))
@@ -351,3 +355,52 @@ def write_run(spec: TrainSpec, states: dict[int, dict], out_dir: Path) -> float:
     store.write_table(pd.concat(samples, ignore_index=True), Path(out_dir) / store.PROBE_FILES["prefix"])
     store.write_table(table, Path(out_dir) / store.PROBE_FILES["probes"])
     return probe_s
+
+
+# ---------------------------------------------------------------- offline statistics of a candidate engine
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    n = _norm(a) * _norm(b)
+    return float((a.double() @ b.double()) / n) if n > 0 else float("nan")
+
+
+def step0_statistics(numerics: Numerics, student: M.Decoder, teacher: M.Decoder, probe: Probes | Mapping,
+                     task_seed: int) -> dict:
+    """Offline statistics of one engine (`numerics`) at the step-0 student, before any training: one probe point
+    (probe_point, engine and trainer on the same weights) at probe.probe_seed. Besides its quantities:
+      tv           mean total variation 1/2 ||q - p||_1 per prefix;
+      kl_qp_rel    exact KL(q || p) per prefix over the student's KL to its teacher (kl_pt): mismatch in units of
+                   the distance OPD has to close;
+      coherence    ||mean_h g_bias(h)|| / mean_h ||g_bias(h)|| in logit space: 1 when every prefix's bias points
+                   the same way, ~1/sqrt(#prefixes) when they cancel;
+      E_*          the whole update error || mean_{H_q} u_q - mean_{H_p} u || (T and S together);
+      T_U_*, S_U_*, E_U_*   T, S, E over the ideal update U;
+      cos_TU_*     the cosine of the per-token error with the ideal update (negative: it opposes learning);
+      T_persist_U_param   || the per-token error averaged over the first PERSIST_STEPS steps' engines || / U: T / U
+                   when the engine is the same at every step, smaller when its noise direction is redrawn."""
+    probe = Probes.of(probe)
+    train, _ = make_task(task_seed)
+    idx = np.repeat(np.random.default_rng([probe.probe_seed, PROBE_STREAM]).choice(len(train), probe.prompts,
+                                                                                 replace=False), probe.responses)
+    point = Probe(numerics=numerics, probe_seed=probe.probe_seed, prompts=train.prompts(idx), idx=idx,
+                  sample_prefixes=probe.sample_prefixes, task_seed=task_seed)
+    state = student.state_dict()
+    fixed = fixed_prefixes(student, point.prompts, point.probe_seed)
+    out, _, vec = probe_point(point, state, state, student.cfg, teacher.eval(), train, fixed)
+    # persistence: the per-token error averaged over the directions of the first PERSIST_STEPS steps (the same
+    # vector at every step unless the noise direction is redrawn)
+    redrawn = numerics.noise_redraw and numerics.noise_sigma > 0
+    T_steps = [vec["param"]["T"]]
+    for step in range(1, PERSIST_STEPS if redrawn else 1):
+        at = dataclasses.replace(numerics, noise_seed=numerics.noise_seed_at(step), noise_redraw=False)
+        T_steps.append(probe_point(dataclasses.replace(point, numerics=at), state, state, student.cfg, teacher, train,
+                                   fixed).vectors["param"]["T"])
+    out["T_persist_U_param"] = _norm(torch.stack(T_steps).mean(0)) / out["U_param"]
+    out.update(tv=out["delta_l1"] / 2, kl_qp_rel=out["kl_qp"] / out["kl_pt"],
+               coherence=out["T_logit"] / out["opd_bias_mean"] if out["opd_bias_mean"] > 0 else float("nan"))
+    for space, v in vec.items():
+        E = _norm(v["T"] + v["Uq"] - v["U"])
+        out.update({f"E_{space}": E, f"T_U_{space}": out[f"T_{space}"] / out[f"U_{space}"],
+                    f"S_U_{space}": out[f"S_{space}"] / out[f"U_{space}"], f"E_U_{space}": E / out[f"U_{space}"],
+                    f"cos_TU_{space}": _cos(v["T"], v["U"])})
+    return out
