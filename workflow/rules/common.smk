@@ -235,8 +235,8 @@ def scoped_final(w=None):
 # ---------------------------------------------------------------- the findings' inputs (findings.smk)
 
 def findings_inputs(w):
-    """The analysis files the findings read, with the KV attribution, the guard's record and the gradient probes
-    where the experiment (and, for `snakemake figures`, the results that exist) has them."""
+    """The analysis files the findings read, with the KV attribution, the guard's record, the predictors' record and
+    the gradient probes where the experiment (and, for `snakemake figures`, the results that exist) has them."""
     s = scope()
     files = {k: ANALYSIS_FILES[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout",
                                             "rl", "rows", "edge", "decides")}
@@ -245,6 +245,8 @@ def findings_inputs(w):
         files["kv_attribution"] = ANALYSIS_FILES["kv_attribution"]
     if GUARDED and any(ROWS[r].guard for r in s.rows):
         files["guard"] = ANALYSIS_FILES["guard"]
+    if PREDICTOR_FILES and s.all_in(MEASURED["predictors"]):
+        files["predictors"] = ANALYSIS_FILES["predictors"]
     if PROBE_RUNS and all(r in s.runs for r in PROBE_RUNS):
         files.update(probes=ANALYSIS_FILES["probes"], probes_prefix=ANALYSIS_FILES["probes_prefix"])
     return files

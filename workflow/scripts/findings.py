@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from opd import mechanism, report, scripts, store
+from opd import mechanism, report, scripts, stats, store
 from opd.rows import FIELD_TYPES, Row
 from opd.spec import RLCollapse
 
@@ -454,14 +454,19 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, d0: dict) -> str | None:
                      f"{r.opd_verdict_seeds}")
         first_rl[r.algorithm] = first_rl.get(r.algorithm, False) or (bool(r.collapsed) and opd_pass)
         first_opd[r.algorithm] = first_opd.get(r.algorithm, False) or (not r.collapsed and r.opd_verdict_seeds == "fail")
-    if all(first_rl.values()):
+    # per algorithm: agrees where it collapses on an engine OPD passes, disagrees where instead OPD fails an engine on
+    # which it does not collapse; the claim agrees only if every algorithm agrees, disagrees only if none does
+    agree = [a for a in first_rl if first_rl[a]]
+    disagree = [a for a in first_rl if first_opd[a] and not first_rl[a]]
+    parts = ([f"{', '.join(agree)} collapses on an engine OPD passes"] if agree else []) + \
+        ([f"for {', '.join(disagree)} OPD fails an engine on which RL does not collapse, and RL collapses on no "
+          "engine OPD passes"] if disagree else [])
+    if len(agree) == len(first_rl):
         verdict, why = AGREES, "each algorithm collapses on an engine OPD passes"
-    elif any(first_opd[a] and not first_rl[a] for a in first_rl):
-        verdict, why = DISAGREES, ("for " + ", ".join(a for a in first_rl if first_opd[a] and not first_rl[a])
-                                   + ", OPD fails an engine on which RL does not collapse, and RL collapses on no "
-                                   "engine OPD passes")
+    elif disagree and not agree:
+        verdict, why = DISAGREES, parts[-1]
     else:
-        verdict, why = UNRESOLVED, "no engine separates them"
+        verdict, why = UNRESOLVED, "; ".join(parts) if parts else "no engine separates them"
     return SCORE.format(claim="RL breaks before OPD.", paper=f"REINFORCE collapses at ~{PAPER_RL['reinforce']}x the "
                         f"standard mismatch and GRPO at ~{PAPER_RL['grpo']}x, on engines OPD passes",
                         toy="; ".join(items) + " (accuracy: the seeds' mean against the same algorithm on the "
@@ -482,6 +487,37 @@ def score_admission(a: dict) -> str | None:
     return SCORE.format(claim="The admission check predicts training.", paper="all 8 pre-fixed decisions matched",
                         toy=f"{a['n_agree']} of {a['n_decisions']} decisions match ({share:.0%}); admitting every "
                         f"candidate would match {a['n_admit_all_agree']}", verdict=verdict, why=why)
+
+
+def predictor_sentence(record: pd.DataFrame) -> str | None:
+    """Which offline statistic at the step-0 student predicts training (analysis/predictors.parquet): the paper's
+    rule, admitting everything, the best single statistic held out, and the nested choice, each with n."""
+    r = record[record["student"] == "all"].set_index(["statistic", "split"])
+    if ("paper_rule", "fixed") not in r.index or not r.loc[("paper_rule", "fixed"), "n"]:
+        return None
+    fit = r.drop(index=["paper_rule", "admit_all", "selected"], level=0, errors="ignore")
+
+    def acc(key):
+        x = r.loc[key]
+        return f"{int(x['n_agree'])}/{int(x['n'])} ({x['accuracy']:.0%})"
+    best = {split: fit.xs(split, level=1)["accuracy"].idxmax() for split in ("row", "student")
+            if split in fit.index.get_level_values(1) and fit.xs(split, level=1)["accuracy"].notna().any()}
+    parts = [f"the paper's rule (α D̂ < L) agrees with training on {acc(('paper_rule', 'fixed'))} candidates, "
+             f"admitting every one on {acc(('admit_all', 'fixed'))}"]
+    names = {"row": "leaving out one candidate", "student": "leaving out one whole student"}
+    for split, stat in best.items():
+        x = r.loc[(stat, split)]
+        parts.append(f"{names[split]}, the best single statistic is {stats.PREDICTORS[stat]} at {acc((stat, split))}"
+                     f" (Spearman ρ with Δ {x['spearman']:+.2f}), D̂'s own threshold {acc(('d_hat', split))}, and the "
+                     f"statistic chosen inside each fold {acc(('selected', split))}")
+    goal = r.loc[("selected", "row"), "accuracy"] >= 0.9 and r.loc[("selected", "row"), "n_agree"] > \
+        r.loc[("paper_rule", "fixed"), "n_agree"]
+    return (f"- **Which offline statistic predicts training** (every candidate engine of every student, statistics at "
+            f"the step-0 student, threshold rules fitted on the other candidates; analysis/predictors.parquet): "
+            + "; ".join(parts) + ". " + ("The nested choice reaches the 90% goal and beats the paper's rule."
+                                         if goal else "No offline rule here reaches the 90% goal held out: the best "
+                                         "single statistic is chosen on the same candidates, so only the nested "
+                                         "choice's agreement is an honest estimate."))
 
 
 def score_mechanism(t: pd.DataFrame) -> list[str]:
@@ -520,7 +556,7 @@ def scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primar
 
 
 def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission, rl, tau, baseline, primary,
-             kv=None, probes=None, guard=None, rl_thresholds=None, edge=None, decides=None) -> str:
+             kv=None, probes=None, guard=None, rl_thresholds=None, edge=None, decides=None, predictors=None) -> str:
     """probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny backend).
     rl_thresholds: the experiment's rl_collapse settings as config.yaml writes them (defaults: opd.spec.RLCollapse).
     edge, decides: the analysis's edge.parquet and decides.parquet; with both, the claims scorecard comes first."""
@@ -568,6 +604,8 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
     if len(rl) and (spread := rl_spread(heldout, baseline, primary,
                                         RLCollapse.of(rl_thresholds).thresholds())):
         out.append(spread)
+    if predictors is not None and (line := predictor_sentence(predictors)):
+        out.append(line)
     if kv is not None:
         out += kv_sentences(kv)
     if probes is not None:
@@ -590,7 +628,8 @@ def main(inp, out, params):
                     probes=probes, guard=store.read_table(inp.guard) if hasattr(inp, "guard") else None,
                     rl_thresholds=getattr(params, "rl_collapse", {}),
                     edge=store.read_table(inp.edge) if hasattr(inp, "edge") else None,
-                    decides=store.read_table(inp.decides) if hasattr(inp, "decides") else None)
+                    decides=store.read_table(inp.decides) if hasattr(inp, "decides") else None,
+                    predictors=store.read_table(inp.predictors) if hasattr(inp, "predictors") else None)
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 
