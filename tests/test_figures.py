@@ -430,3 +430,18 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     assert "**disagrees**" in card(verdicts=v)[0]["TIS, score centering and an advantage offset do not help OPD."]
     # a budget whose fail lies below its pass: no single edge
     assert "**disagrees**" in card(edge=t["edge"].assign(consistent=False))[0]["A mismatch budget."]
+
+
+def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):
+    """The TIS hypothesis line: an engine whose step-0 error is mostly T is predicted to pass under TIS, and the line
+    counts the prediction against the TIS row's seed-aware verdict; where S dominates it predicts nothing."""
+    mod = load("findings")
+    v = store.read_table(analysis / "verdicts.parquet")
+    rows = report.rows_frame(analysis / "rows.parquet")
+    tis = v.set_index("config").loc["n3-tis", "verdict_seeds"]
+    t_heavy = pd.DataFrame([{"student": "m", "config": "n3", "T_U_param": 5.0, "S_U_param": 1.0}])
+    line = mod.tis_sentence(v, rows, t_heavy)
+    assert "m n3 (step 0: T/U 5, S/U 1)" in line and "predicted pass" in line
+    assert f"{int(tis == 'pass')} of 1 predictions held" in line
+    s_heavy = t_heavy.assign(T_U_param=0.5)
+    assert mod.tis_sentence(v, rows, s_heavy) is None  # no prediction made, nothing to count

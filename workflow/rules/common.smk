@@ -246,7 +246,7 @@ def findings_inputs(w):
     if GUARDED and any(ROWS[r].guard for r in s.rows):
         files["guard"] = ANALYSIS_FILES["guard"]
     if PREDICTOR_FILES and s.all_in(MEASURED["predictors"]):
-        files["predictors"] = ANALYSIS_FILES["predictors"]
+        files.update(predictors=ANALYSIS_FILES["predictors"], predictor_stats=ANALYSIS_FILES["predictor_stats"])
     if PROBE_RUNS and all(r in s.runs for r in PROBE_RUNS):
         files.update(probes=ANALYSIS_FILES["probes"], probes_prefix=ANALYSIS_FILES["probes_prefix"])
     return files
