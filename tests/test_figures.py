@@ -439,9 +439,13 @@ def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):
     v = store.read_table(analysis / "verdicts.parquet")
     rows = report.rows_frame(analysis / "rows.parquet")
     tis = v.set_index("config").loc["n3-tis", "verdict_seeds"]
-    t_heavy = pd.DataFrame([{"student": "m", "config": "n3", "T_U_param": 5.0, "S_U_param": 1.0}])
+    # a second TIS row after the first: the first is what the hypothesis was formed on, only the second tests it
+    rows = pd.concat([rows, report.rows_frame(analysis / "rows.parquet").query("name == 'n3-tis'").assign(
+        name="n1-tis", noise_sigma=0.1)], ignore_index=True)
+    v = pd.concat([v, v[v["config"] == "n3-tis"].assign(config="n1-tis")], ignore_index=True)
+    t_heavy = pd.DataFrame([{"student": "m", "config": c, "T_U_param": 5.0, "S_U_param": 1.0} for c in ("n3", "n1")])
     line = mod.tis_sentence(v, rows, t_heavy)
-    assert "m n3 (step 0: T/U 5, S/U 1)" in line and "predicted pass" in line
-    assert f"{int(tis == 'pass')} of 1 predictions held" in line
+    assert "formed on m n3 (step 0: T/U 5, S/U 1)" in line and "; m n1 (step 0" in line and "predicted pass" in line
+    assert f"{int(tis == 'pass')} of 1 predictions made before their runs held" in line
     s_heavy = t_heavy.assign(T_U_param=0.5)
     assert mod.tis_sentence(v, rows, s_heavy) is None  # no prediction made, nothing to count

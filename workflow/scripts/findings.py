@@ -413,22 +413,28 @@ def score_kv(kv: pd.DataFrame) -> str:
                         f"that layer's", toy="; ".join(items), verdict=verdict, why=why)
 
 
-def score_variants(verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
+def variant_pairs(verdicts: pd.DataFrame, rows: pd.DataFrame, variant: str | None = None):
+    """Each OPD update variant row (or those of `variant`) on each student beside the plain row of the same engine and
+    settings: (row, plain row, student, the variant's verdict, the plain row's)."""
     R = row_objects(rows)
     v = verdicts.set_index(["student", "config"])
-    items, helps = [], []
-    for r in [x for x in R if x.algorithm == "opd" and x.variant != "none" and x.guard is None]:
+    for r in [x for x in R if x.algorithm == "opd" and x.variant != "none" and x.guard is None
+              and variant in (None, x.variant)]:
         plain = next((x for x in R if x.is_plain_opd and x.engine_key == r.engine_key and x.lr == r.lr
                       and x.reference == r.reference), None)
         for student in [s for s, c in v.index if c == r.name]:
-            if plain is None or (student, plain.name) not in v.index:
-                continue
-            a, b = v.loc[(student, r.name)], v.loc[(student, plain.name)]
-            helped = a.ci_hi_seeds < b.ci_lo_seeds
-            helps.append(helped)
-            items.append(f"{student} {r.variant} on {plain.name}: Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, "
-                         f"{a.ci_hi_seeds:+.0%}] against {b.delta:+.0%} [{b.ci_lo_seeds:+.0%}, {b.ci_hi_seeds:+.0%}]"
-                         + (" (helps)" if helped else ""))
+            if plain is not None and (student, plain.name) in v.index:
+                yield r, plain, student, v.loc[(student, r.name)], v.loc[(student, plain.name)]
+
+
+def score_variants(verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
+    items, helps = [], []
+    for r, plain, student, a, b in variant_pairs(verdicts, rows):
+        helped = a.ci_hi_seeds < b.ci_lo_seeds
+        helps.append(helped)
+        items.append(f"{student} {r.variant} on {plain.name}: Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, "
+                     f"{a.ci_hi_seeds:+.0%}] against {b.delta:+.0%} [{b.ci_lo_seeds:+.0%}, {b.ci_hi_seeds:+.0%}]"
+                     + (" (helps)" if helped else ""))
     if not items:
         return None
     verdict = DISAGREES if any(helps) else AGREES
@@ -521,40 +527,33 @@ def predictor_sentence(record: pd.DataFrame) -> str | None:
 
 
 def tis_sentence(verdicts: pd.DataFrame, rows: pd.DataFrame, step0: pd.DataFrame) -> str | None:
-    """TIS's rescue against its hypothesis (config.yaml, fixed before the TIS rows on nvfp4, noise-15 and the standard
-    engine ran): TIS removes the per-token error T of the engine's update, not the prefix shift S, so it passes
+    """TIS's rescue against its hypothesis (config.yaml: formed on the matrix's first TIS row, noise-234's rescue, and
+    fixed before the TIS rows after it ran; only those count as tests): TIS removes the per-token error T of the engine's update, not the prefix shift S, so it passes
     where the engine's step-0 error is mostly T (T/U > S/U, parameter space, analysis/predictor_stats) and on the
     standard engine (no error); elsewhere it predicts nothing. Each prediction against the seed-aware verdict."""
-    R = row_objects(rows)
-    v = verdicts.set_index(["student", "config"])
     s0 = step0.set_index(["student", "config"])
     items, held = [], []
-    for r in [x for x in R if x.variant == "tis" and x.algorithm == "opd" and x.guard is None]:
-        plain = next((x for x in R if x.is_plain_opd and x.engine_key == r.engine_key and x.lr == r.lr
-                      and x.reference == r.reference), None)
-        for student in [st for st, c in v.index if c == r.name]:
-            if plain is None or (student, plain.name) not in v.index:
-                continue
-            a, b = v.loc[(student, r.name)], v.loc[(student, plain.name)]
-            if plain.baseline:
-                why, predicted = "the standard engine: no error to remove", "pass"
-            elif (student, plain.name) in s0.index:
-                T, S = s0.loc[(student, plain.name), ["T_U_param", "S_U_param"]]
-                predicted = "pass" if T > S else None
-                why = f"step 0: T/U {T:.2g}, S/U {S:.2g}"
-            else:
-                continue
-            if predicted and isinstance(a.verdict_seeds, str):
-                held.append(a.verdict_seeds == predicted)
-            items.append(f"{student} {plain.name} ({why}): plain {b.verdict_seeds} at Δ {b.delta:+.0%}, TIS "
-                         f"{a.verdict_seeds} at Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, {a.ci_hi_seeds:+.0%}]"
-                         + (f", predicted {predicted}" if predicted else ", no prediction (S ≥ T)"))
+    for r, plain, student, a, b in variant_pairs(verdicts, rows, "tis"):
+        if plain.baseline:
+            why, predicted = "the standard engine: no error to remove", "pass"
+        elif (student, plain.name) in s0.index:
+            T, S = s0.loc[(student, plain.name), ["T_U_param", "S_U_param"]]
+            predicted = "pass" if T > S else None
+            why = f"step 0: T/U {T:.2g}, S/U {S:.2g}"
+        else:
+            continue
+        first = not items  # the matrix's first TIS row: the rescue the hypothesis was formed on, not a test of it
+        if predicted and isinstance(a.verdict_seeds, str) and not first:
+            held.append(a.verdict_seeds == predicted)
+        items.append(("formed on " if first else "") + f"{student} {plain.name} ({why}): plain {b.verdict_seeds} at Δ {b.delta:+.0%}, TIS "
+                     f"{a.verdict_seeds} at Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, {a.ci_hi_seeds:+.0%}]"
+                     + (f", predicted {predicted}" if predicted else ", no prediction (S ≥ T)"))
     if not held:
         return None
-    return (f"- **TIS's rescue, tested** (hypothesis fixed before the runs: TIS's weights min(p/q, C) remove the "
-            f"per-token error T of the engine's update, not the prefix shift S, so TIS passes wherever the step-0 error "
-            f"is mostly T and on the standard engine): " + "; ".join(items) + f". {sum(held)} of {len(held)} "
-            f"predictions held.")
+    return (f"- **TIS's rescue, tested** (the hypothesis, formed on the first TIS row and fixed in config.yaml before "
+            f"the others ran: TIS's weights min(p/q, C) remove the per-token error T of the engine's update, not the "
+            f"prefix shift S, so TIS passes wherever the step-0 error is mostly T and on the standard engine): "
+            + "; ".join(items) + f". {sum(held)} of {len(held)} predictions made before their runs held.")
 
 
 def score_mechanism(t: pd.DataFrame) -> list[str]:
