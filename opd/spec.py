@@ -719,4 +719,5 @@ class HeldoutSpec(JobSpec):
 
 
 JOB_SPECS: dict[str, type[JobSpec]] = {s.KIND: s for s in (BaseSpec, TrainSpec, AdmissionSpec, KVAttributionSpec,
-                                                            ThroughputSpec, MemoryBoundSpec, HeldoutSpec)}
+                                                            ThroughputSpec, MemoryBoundSpec, HeldoutSpec,
+                                                            PredictorSpec)}
