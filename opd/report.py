@@ -7,15 +7,12 @@ import json
 import re
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from opd import provenance, store
+from opd.rows import Row
 
-from opd import plotmath, provenance, store  # noqa: E402
-from opd.rows import Row  # noqa: E402
 
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PASS_COLOR, FAIL_COLOR, NEUTRAL = "#1b7837", "#c51b7d", "#4d4d4d"
@@ -29,7 +26,17 @@ STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "legend.fon
          "pdf.fonttype": 42}
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when first used: the table scripts import this module
+    too and never plot (importing matplotlib is about a quarter of their start-up)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def figure(width: float = COLUMN_WIDTH, height: float = 2.3, ncols: int = 1, nrows: int = 1, **kw):
+    plt = pyplot()
     plt.rcParams.update(STYLE)
     return plt.subplots(nrows, ncols, figsize=(width, height), constrained_layout=True, **kw)
 
@@ -37,6 +44,7 @@ def figure(width: float = COLUMN_WIDTH, height: float = 2.3, ncols: int = 1, nro
 def delta_axis(ax, values_pct) -> None:
     """A y-axis for Delta in percent: linear within +-100% (so tau and the 0-50% range are readable, with
     ticks there), logarithmic beyond for the large failures."""
+    from opd import plotmath
     ax.set_yscale(plotmath.SYMLOG, linthresh=100, linscale=2.0)
     v = np.asarray(values_pct, dtype=float)
     top = max(100.0, float(np.nanmax(v)) if np.isfinite(v).any() else 100.0)
@@ -170,7 +178,7 @@ def save_figure(fig, pdf, png, inputs) -> None:
                        (Path(png), {"Description": subject, "Software": "opd-budget"})):
         store.atomic_write(path, lambda tmp, p=path, m=meta: fig.savefig(tmp, format=p.suffix[1:], metadata=m))
     input_sidecar(Path(png), inputs)
-    plt.close(fig)
+    pyplot().close(fig)
     print(f"{Path(png).stem}: figure from {len(hashes)} inputs -> {pdf} ({Path(pdf).stat().st_size / 1e3:.0f} kB), "
           f"{png} ({Path(png).stat().st_size / 1e3:.0f} kB)", flush=True)  # the job's one-line summary, in its log
 

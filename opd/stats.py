@@ -24,16 +24,41 @@ def resampled_sums(cols, n_boot: int, seed: int) -> np.ndarray:
     """Column sums of `cols` (n, M) over n_boot resamples of its n rows (problems) drawn with replacement,
     the same rows for every column: (n_boot, M)."""
     cols = np.asarray(cols, dtype=float)
-    n = len(cols)
-    rng = np.random.default_rng(seed)
     sums = np.empty((n_boot, cols.shape[1]))
+    for start, counts in resample_counts(len(cols), n_boot, seed):
+        sums[start:start + len(counts)] = counts @ cols  # one matrix product gives every column's sum
+    return sums
+
+
+# The resamples' counts depend on (n, n_boot, seed) alone, and every interval of an experiment resamples its n
+# problems with the same seed: the DAG's plan (opd.plan) computes dozens on each parse, the analysis more. Drawn
+# once per process and kept (as float64, what the product computes with: the same sums to the last bit) while they
+# fit COUNTS_CACHE_ELEMENTS in all (28 MB for the toy's 359 problems); larger draws are not kept.
+COUNTS_CACHE_ELEMENTS = 2**23
+_COUNTS: dict[tuple[int, int, int], list[tuple[int, np.ndarray]]] = {}
+
+
+def resample_counts(n: int, n_boot: int, seed) -> list[tuple[int, np.ndarray]]:
+    """(first resample, counts (m, n)) per chunk of BOOT_CHUNK resamples: how often each of n problems is drawn in
+    each resample, from numpy's default_rng(seed) (cached for an integer seed, see COUNTS_CACHE_ELEMENTS)."""
+    key = (n, n_boot, int(seed)) if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
+    if key in _COUNTS:
+        _COUNTS[key] = _COUNTS.pop(key)  # most recently used last
+        return _COUNTS[key]
+    rng = np.random.default_rng(seed)
+    chunks = []
     offsets = (np.arange(BOOT_CHUNK, dtype=np.int64) * n)[:, None]
     for start in range(0, n_boot, BOOT_CHUNK):  # chunks keep the per-resample counts in cache
         m = min(BOOT_CHUNK, n_boot - start)
         draws = rng.integers(0, n, size=(m, n)) + offsets[:m]  # problem indices, offset per resample
-        counts = np.bincount(draws.ravel(), minlength=m * n).reshape(m, n)  # how often each problem is drawn
-        sums[start:start + m] = counts @ cols  # one matrix product gives every column's sum
-    return sums
+        counts = np.bincount(draws.ravel(), minlength=m * n).reshape(m, n).astype(float)
+        counts.setflags(write=False)
+        chunks.append((start, counts))
+    if key is not None and n * n_boot <= COUNTS_CACHE_ELEMENTS:
+        while _COUNTS and sum(k[0] * k[1] for k in _COUNTS) + n * n_boot > COUNTS_CACHE_ELEMENTS:
+            del _COUNTS[next(iter(_COUNTS))]  # the least recently used
+        _COUNTS[key] = chunks
+    return chunks
 
 
 def problem_resamples(k_cand, k_base, n_boot: int, seed: int) -> np.ndarray:
