@@ -30,7 +30,7 @@ def main(inp, out, params):
         ax.set_yscale(plotmath.SYMLOG, linthresh=1e-3, linscale=0.5)
         ax.set_title(fam)
         ax.set_xlabel("step")
-        report.panel_legend(ax, below=True, fontsize=4.5, bbox_to_anchor=(0.5, -0.32))
+        report.panel_legend(ax, below=True, fontsize=4.5, bbox_to_anchor=(0.5, -0.5))
     axes[0][0].set_ylabel("d_n (nats/token)")
     report.save_figure(fig, out.pdf, out.png, inp)
 
