@@ -163,7 +163,7 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     exp = experiment or cfg["experiment"]
     e = plan.experiment(cfg, exp)  # an adaptive design's runs as the DAG plans them
     specs = dag.train_specs(e, f"results/{exp}/_models")  # as the DAG's (workflow/rules/common.smk)
-    bases = {s: dag.base_spec(e, s) for s in e.students} if e.backend == "tiny" else None
+    bases = dag.base_specs(e)
     runs = list(specs)
     damaged = store.heal_runs(f"results/{exp}", runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
                               specs=specs, base_specs=bases)

@@ -323,6 +323,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                         errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
                                       f"{sorted(missing)}, so there is nothing to compare with")
             errors += [f"{where}, field 'guard.{f}': {why}" for f, why in guard_errors(r, e.get("train", {}))]
+            errors += [f"{where}, field 'seeds': {why}" for why in draw_errors(r, matrix, e)]
             if r.noise_redraw and not r.noise_sigma:
                 errors.append(f"{where}, field 'noise_redraw': redraws the noise direction but the row has no "
                               f"noise_sigma")
@@ -345,6 +346,10 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
             if missing:
                 errors.append(f"experiment {exp!r}, field 'students.{name}.{missing[0]}': the {e['backend']} backend "
                               f"needs it")
+        if e.get("backend") != "tiny" and e.get("base_draws", 1) > 1:
+            errors.append(f"experiment {exp!r}, field 'base_draws': the {e.get('backend')} backend's base models are "
+                          f"the checkpoints the config names, one per student; only the tiny backend trains (and so "
+                          f"redraws) its own")
         if e.get("backend") == "verl" and "data" not in e.get("verl", {}):
             errors.append(f"experiment {exp!r}, field 'verl.data': the verl backend needs it (the training and "
                           f"held-out prompts)")
@@ -397,7 +402,8 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
             errors.append(f"{where}: its reference {r.reference!r} is sequential")
         elif rule is not None and not ref.sequential:
             seq = Sequential.of(rule)
-            problem = sequential_problem(seq.start_seeds, seq.max_seeds, len(ref.seeds or e["seeds"]))
+            problem = sequential_problem(seq.start_seeds, seq.max_seeds, len(ref.seeds or e["seeds"]),
+                                         e.get("base_draws", 1))
             if problem:
                 errors.append(f"{where}: against {ref.name!r}: {problem} (field 'sequential.start_seeds')")
     names = {r.name.lower() for r in matrix}
@@ -417,7 +423,8 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
             errors.append(f"{where}, field 'name': at most 50 characters (its rows add -<value>)")
         seq = Sequential.of(rule) if rule is not None else None
         n_seeds = seq.start_seeds if seq else len(e["seeds"])  # what each value runs first
-        problem = sequential_problem(n_seeds, seq.max_seeds if seq else n_seeds, len(base.seeds or e["seeds"]))
+        problem = sequential_problem(n_seeds, seq.max_seeds if seq else n_seeds, len(base.seeds or e["seeds"]),
+                                     e.get("base_draws", 1))
         if problem:
             errors.append(f"{where}: against the baseline {base.name!r}: {problem} (field "
                           f"{'sequential.start_seeds' if seq else 'seeds'})")
@@ -434,6 +441,25 @@ def highlighted(cfg: dict) -> tuple[str, ...]:
     """The rows `highlight` names (a row name or a list): the budget figure names them."""
     h = cfg.get("highlight") or ()
     return (h,) if isinstance(h, str) else tuple(h)
+
+
+def draw_errors(row: Row, matrix: list[Row], e: dict) -> list[str]:
+    """With base-model draws (`base_draws`), an OPD row with fixed seeds is compared with its reference on the
+    draws its seeds use (run seed s on draw s % base_draws): the reference (the baseline unless the row names
+    another) must have runs on each of them."""
+    n = e.get("base_draws", 1)
+    if n <= 1 or row.sequential or row.algorithm != "opd" or row.baseline:
+        return []
+    ref = next((x for x in matrix if x.name == row.reference), None) if row.reference else \
+        next((x for x in matrix if x.baseline), None)
+    if ref is None or ref.sequential:
+        return []
+    have = {s % n for s in (ref.seeds or e["seeds"])}
+    missing = sorted({s % n for s in (row.seeds or e["seeds"])} - have)
+    if not missing:
+        return []
+    return [f"its seeds run on base-model draw(s) {missing} (seed % base_draws = {n}), where its reference "
+            f"{ref.name!r} has no run; give the reference a seed on each (seeds {missing} would do)"]
 
 
 def highlight_errors(cfg: dict) -> list[str]:

@@ -11,8 +11,7 @@ from typing import Callable
 
 from opd.rows import Row
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, MemoryBoundSpec,
-                      PredictorSpec,
-                      Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, run_id)
+                      PredictorSpec, Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, base_name, run_id)
 
 
 def spec_path(out: str, spec: JobSpec) -> str:
@@ -32,12 +31,22 @@ def admission_line(e: Experiment) -> dict:
             "resamples": e.bootstrap.resamples, "seed": e.bootstrap.seed}
 
 
-def base_paths(e: Experiment, models: str, student: str) -> dict[str, str]:
-    """A tiny-backend student's checkpoint and its teacher's under `models` (results/<experiment>/_models);
-    none for verl, whose models the config names."""
+def base_paths(e: Experiment, models: str, student: str, draw: int = 0) -> dict[str, str]:
+    """A tiny-backend student's checkpoint and its teacher's on base-model draw `draw`, under `models`
+    (results/<experiment>/_models/<student>/, or <student>.d<draw>/ for a later draw: opd.spec.base_name); none
+    for verl, whose models the config names."""
     if e.backend != "tiny":
         return {}
-    return {"student": f"{models}/{student}/student.pt", "teacher": f"{models}/{student}/teacher.pt"}
+    folder = f"{models}/{base_name(student, draw)}"
+    return {"student": f"{folder}/student.pt", "teacher": f"{folder}/teacher.pt"}
+
+
+def base_specs(e: Experiment) -> dict[str, BaseSpec]:
+    """Every base-model job of a tiny experiment by its folder name (opd.spec.base_name): each student on each
+    draw; none for verl."""
+    if e.backend != "tiny":
+        return {}
+    return {b.name: b for b in (base_spec(e, s, d) for s in e.students for d in e.draws())}
 
 
 def student_rank(e: Experiment) -> dict[str, int]:
@@ -60,18 +69,19 @@ def _needs(e: Experiment, value, name: str, job: str):
     return value
 
 
-def base_spec(e: Experiment, student: str) -> BaseSpec:
+def base_spec(e: Experiment, student: str, draw: int = 0) -> BaseSpec:
     if e.backend != "tiny":
         raise ValueError(f"experiment {e.name!r}: the {e.backend} backend trains no base models")
     return BaseSpec(experiment=e.name, backend=e.backend, task_seed=e.train.task_seed, student=student,
-                    student_spec=e.students[student])
+                    student_spec=e.base_student(student, draw), draw=draw)
 
 
 def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | None = None) -> TrainSpec:
-    """A run's training job: the row's computed fields, the run's settings, the resolved guard, and the probes
-    where the mechanism stage probes the run."""
+    """A run's training job: the row's computed fields, the student on the run's base-model draw (base: that
+    draw's base_paths), the run's settings, the resolved guard, and the probes where the mechanism stage probes
+    the run."""
     return TrainSpec(experiment=e.name, backend=e.backend, run_id=run.run_id, row=Row.of(run.row.params()),
-                     student=run.student, seed=run.seed, student_spec=e.students[run.student],
+                     student=run.student, seed=run.seed, student_spec=e.base_student(run.student, e.draw_of(run.seed)),
                      settings=e.settings(run.row), student_path=base.get("student"), teacher_path=base.get("teacher"),
                      guard=e.guard(run.row), probes=probes, verl=(e.verl or Verl()) if e.backend == "verl" else None)
 
@@ -104,7 +114,8 @@ def train_specs(e: Experiment, models: str) -> dict[str, TrainSpec]:
     """Every run's training spec by run id (models: results/<experiment>/_models): what the train rules write as
     each run's spec file, and what the cache check (opd.store.heal_runs) compares each run's run.json with."""
     probed, p = set(probe_runs(e)), probes(e)
-    return {r.run_id: train_spec(e, r, base_paths(e, models, r.student), p if r.run_id in probed else None)
+    return {r.run_id: train_spec(e, r, base_paths(e, models, r.student, e.draw_of(r.seed)),
+                                 p if r.run_id in probed else None)
             for r in e.runs()}
 
 

@@ -63,7 +63,7 @@ def guarded_rows(m: Matrix) -> bool:
 # analysis rule's outputs from this list.
 ANALYSIS_TABLES: tuple[str, ...] = (
     "steps", "heldout", "rows", "verdicts", "budget", "admission", "admission_summary.json", "rl", "noise",
-    "null_deltas", "staleness_lr", "time_to_kl", "infra", "decides", "edge")
+    "null_deltas", "staleness_lr", "time_to_kl", "infra", "decides", "edge", "draws")
 OTHER_ANALYSIS_FILES: tuple[str, ...] = (
     "kv_attribution",  # rule kv_attribution (offline.smk)
     "async_throughput",  # rule throughput (tiny) or throughput_from_runs (verl: async_throughput_runs.parquet)

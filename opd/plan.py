@@ -160,7 +160,7 @@ def rule_of(e: Experiment) -> cal.SequentialRule:
     own = ({"max_seeds": s.max_seeds, "start_seeds": s.start_seeds, "one_seed_ratio": s.one_seed_ratio} if s
            else {"max_seeds": len(e.seeds), "start_seeds": len(e.seeds)})
     return cal.SequentialRule(tau=e.tau, n_boot=e.bootstrap.resamples, ci=e.bootstrap.level, seed=e.bootstrap.seed,
-                              **own)
+                              n_draws=e.base_draws, **own)
 
 
 def _matrix(results: list[RunResult]) -> np.ndarray:
@@ -180,7 +180,8 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
     rule = rule_of(e)
     ref = e.row(row.reference) if row.reference else e.baseline
     ref_runs = [results.get(run_id(ref.name, student, s)) for s in e.seeds_of(ref, student)]
-    candidates = tuple(range(rule.max_seeds)) if row.sequential else tuple(e.seeds_of(row, student))
+    # a sequential row's seeds 0 .. max_seeds - 1 as a range (sliced lazily: max_seeds may be large)
+    candidates = range(rule.max_seeds) if row.sequential else tuple(e.seeds_of(row, student))
     done = []
     for s in candidates:
         r = results.get(run_id(row.name, student, s))
@@ -189,7 +190,7 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
         done.append(r)
     start = rule.start_seeds if row.sequential else len(candidates)
     if len(done) < start or any(r is None for r in ref_runs):
-        return RowState(candidates[:max(start, len(done))], False)
+        return RowState(tuple(candidates[:max(start, len(done))]), False)
     ref_seeds = np.asarray(e.seeds_of(ref, student))
     sigs = [r.sig for r in (*done, *ref_runs)]
     key = None if None in sigs else hashlib.sha256(json.dumps(
@@ -199,8 +200,8 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
     if key and key in results.memo:
         n, verdict, delta, lo, hi, D = results.memo[key]
         if verdict is None:
-            return RowState(candidates[:n], False)
-        return RowState(candidates[:n], True, delta, lo, hi, verdict, D)
+            return RowState(tuple(candidates[:n]), False)
+        return RowState(tuple(candidates[:n]), True, delta, lo, hi, verdict, D)
     state = _decide(row, rule, start, candidates, done, ref_runs, ref_seeds)
     if key:
         results.memo[key] = [len(state.seeds), state.verdict, state.delta, state.ci_lo, state.ci_hi, state.D]
@@ -212,16 +213,16 @@ def _decide(row, rule, start, candidates, done, ref_runs, ref_seeds) -> RowState
     n = start  # the rule in order: the first seeds on which the interval clears tau (or max_seeds) decide
     while True:
         m = _matrix([*done[:n], *ref_runs])  # only the seeds the rule reads (later ones are not the plan's)
-        iv = cal.interval_on_seeds(m[:n], m[n:], rule, seeds_base=ref_seeds)
+        iv = cal.interval_on_seeds(m[:n], m[n:], rule, seeds_cand=list(candidates[:n]), seeds_base=ref_seeds)
         diverged = not np.isfinite([iv.delta, iv.ci_lo, iv.ci_hi]).all()
         if diverged or not row.sequential or n >= rule.max_seeds or not cal.straddles(iv.ci_lo, iv.ci_hi, rule.tau):
             break
         if n == len(done):
-            return RowState(candidates[:n + 1], False)
+            return RowState(tuple(candidates[:n + 1]), False)
         n += 1
     # a held-out KL that is not finite (a diverged run) fails: no interval can clear it
     verdict = "fail" if diverged or bool(stats.fails(*iv, rule.tau)) else "pass"
-    return RowState(candidates[:n], True, float(iv.delta), float(iv.ci_lo), float(iv.ci_hi), verdict,
+    return RowState(tuple(candidates[:n]), True, float(iv.delta), float(iv.ci_lo), float(iv.ci_hi), verdict,
                     float(np.mean([r.D for r in done[:n]])))
 
 

@@ -41,6 +41,18 @@ def run_id(row_name: str, student: str, seed: int) -> str:
     return f"{row_name}.{student}.s{seed}"
 
 
+def draw_of(seed, n_draws: int):
+    """The base-model draw (SFT seed offset) an OPD run seed trains from: seed % n_draws (draw 0: the student's
+    own base models). The one home of the rule: ints here, numpy arrays through opd.stats.draw_of."""
+    return seed % n_draws
+
+
+def base_name(student: str, draw: int = 0) -> str:
+    """The folder of a student's base models on one draw (under results/<experiment>/_models/): the student's name
+    for draw 0, `<student>.d<draw>` otherwise (names hold no dot, so it never clashes with a student's)."""
+    return student if draw == 0 else f"{student}.d{draw}"
+
+
 def _plain(v):
     """A value as JSON holds it: tuples as lists, typed settings as what was written."""
     if isinstance(v, Written):
@@ -395,6 +407,10 @@ class Experiment:
     edges: tuple[Edge, ...] = ()  # bisected edges; their rows are added by opd.plan.planned
     # the seeds opd.plan chose so far for each sequential row and student, ((row, student, seeds), ...)
     planned: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    # tiny backend: base models per student (SFT seeds student.seed + 0 .. base_draws - 1); run seed s trains from
+    # draw s % base_draws (opd.stats.draw_of), so a row's seeds spread over the draws and every comparison pairs
+    # the two sides on the same draws
+    base_draws: int = 1
 
     @classmethod
     def of(cls, cfg: dict, name: str | None = None) -> "Experiment":
@@ -415,7 +431,8 @@ class Experiment:
             infra=Infra.of(e.get("infra"), f"{where}, infra"),
             verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"),
             sequential=Sequential.of(e["sequential"], f"{where}, sequential") if "sequential" in e else None,
-            edges=tuple(Edge.of(x, f"{where}, edge {i + 1}") for i, x in enumerate(e.get("edges", ()))))
+            edges=tuple(Edge.of(x, f"{where}, edge {i + 1}") for i, x in enumerate(e.get("edges", ()))),
+            base_draws=e.get("base_draws", 1))
 
     @property
     def adaptive(self) -> bool:
@@ -449,6 +466,20 @@ class Experiment:
         """Every run: each row x its students (default: the primary) x its seeds (seeds_of)."""
         return [Run(run_id(r.name, s, seed), self.name, r, s, seed)
                 for r in self.rows for s in r.students_or(self.primary) for seed in self.seeds_of(r, s)]
+
+    def draw_of(self, seed: int) -> int:
+        """The base-model draw run seed `seed` trains from (draw_of)."""
+        return draw_of(seed, self.base_draws)
+
+    def draws(self) -> range:
+        return range(self.base_draws)
+
+    def base_student(self, student: str, draw: int = 0) -> "Student":
+        """A student's spec on base-model draw `draw`: the config's (draw 0), or the same student with SFT seed
+        `seed + draw`. Draw 0's spec is the config's unchanged, so its base models and every run on it keep their
+        spec (and their cached results) when an experiment adds draws."""
+        s = self.students[student]
+        return s if draw == 0 else s.with_(seed=s.seed + draw)
 
     def seeds_of(self, row: Row, student: str) -> tuple[int, ...]:
         """The seeds a row runs on a student: its own, else the experiment's; for `seeds: sequential` the ones
@@ -541,7 +572,8 @@ _PARSE = {"row": Row.of, "student_spec": Student.of, "settings": Settings.of, "g
 
 @dataclass(frozen=True)
 class BaseSpec(JobSpec):
-    """Train a tiny student and its teacher (SFT)."""
+    """Train a tiny student and its teacher (SFT), on base-model draw `draw` (its student_spec's seed is the draw's
+    SFT seed: opd.spec.Experiment.base_student)."""
     KIND = "base"
     PARSE = _PARSE
     experiment: str
@@ -549,6 +581,11 @@ class BaseSpec(JobSpec):
     task_seed: int
     student: str
     student_spec: Student
+    draw: int = 0
+
+    @property
+    def name(self) -> str:
+        return base_name(self.student, self.draw)
 
 
 @dataclass(frozen=True)

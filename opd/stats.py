@@ -9,6 +9,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from opd import spec
+
 
 BOOT_CHUNK = 1000  # resamples drawn at a time
 
@@ -113,8 +115,8 @@ def sequential_problem(start_seeds: int, max_seeds: int, base_seeds: int, n_draw
 
 
 def draw_of(seed, n_draws: int):
-    """The base-model draw (SFT seed) an OPD run seed uses: seed % n_draws (draw 0: the first base model)."""
-    return np.asarray(seed) % n_draws
+    """opd.spec.draw_of over an array of run seeds."""
+    return spec.draw_of(np.asarray(seed), n_draws)
 
 
 class SeedVariance(NamedTuple):
@@ -470,11 +472,12 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
 
 
 def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: int, n_boot: int = 10_000,
-                  ci: float = 0.95, seed: int = 0, references: dict | None = None) -> pd.DataFrame:
+                  ci: float = 0.95, seed: int = 0, references: dict | None = None,
+                  one_seed_ratio: float = 1.0) -> pd.DataFrame:
     """Per student, configuration and base-model draw (run seed s on draw s % n_draws): Delta on that draw
     alone against the reference's runs on it, both intervals (the seed-aware one on that draw's seeds:
-    NaN with too few), both verdicts at tau, n_runs, n_runs_reference. A configuration that is its own
-    reference is left out."""
+    NaN with too few; a one-seed side's run variance at most one_seed_ratio^2 x the other's), both verdicts
+    at tau, n_runs, n_runs_reference. A configuration that is its own reference is left out."""
     out = []
     for student, config, ref, kc, kr, sc, sr, _ in final_pairs(heldout, baseline, references or {}):
         if config == ref:
@@ -482,7 +485,7 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
         for d in np.unique(draw_of(sc, n_draws)):
             on = draw_of(sc, n_draws) == d
             c = compare(kc[on], kr, seeds_cand=sc[on], seeds_ref=sr, n_draws=n_draws, n_boot=n_boot, ci=ci,
-                        seed=seed)
+                        seed=seed, one_seed_ratio=one_seed_ratio)
             out.append({"student": student, "config": config, "reference": ref, "draw": int(d),
                         **c._asdict()})
     cols = ["student", "config", "reference", "draw", "delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds",
@@ -550,31 +553,42 @@ class NoiseTables(NamedTuple):
     summary: pd.DataFrame
 
 
-def seed_noise(heldout: pd.DataFrame, config: str, *, n_boot: int = 2000, seed: int = 0) -> NoiseTables:
+def seed_noise(heldout: pd.DataFrame, config: str, *, n_boot: int = 2000, seed: int = 0,
+               n_draws: int = 1) -> NoiseTables:
     """The instrument's null distribution from several seeds of one configuration (the baseline), per
-    student: every ordered pair of its seeds gives a seed-vs-seed Delta (same engine, so the true Delta
-    is 0). Returns (pairs: student, seed_a, seed_b, delta; summary per student: n_seeds, sd_single (SD
-    of one seed-vs-seed Delta), sd_run (SD of a run's log sum_x K_x), se_problem (the problem-only
-    bootstrap SE of one seed-vs-seed Delta, averaged over consecutive pairs))."""
+    student: every ordered pair of its seeds on the same base-model draw (run seed s on draw s % n_draws)
+    gives a seed-vs-seed Delta (same engine, same base model, so the true Delta is 0). Returns (pairs:
+    student, seed_a, seed_b, delta; summary per student: n_seeds, sd_single (SD of one seed-vs-seed Delta),
+    sd_run (SD of a run's log sum_x K_x within a draw, pooled over draws), se_problem (the problem-only
+    bootstrap SE of one seed-vs-seed Delta, averaged over consecutive pairs on one draw), n_draws and
+    sd_draw: the SD over draws of a draw's seed-mean log sum_x K_x (how far the base model alone moves the
+    configuration's held-out KL; NaN with one draw))."""
     fin = final_heldout(heldout[heldout["config"] == config])
     pairs, summary = [], []
     for student, fs in fin.groupby("student"):
         k = fs.pivot_table(index="seed", columns="prompt_id", values="kl").dropna(axis=1)
-        seeds, K = list(k.index), k.to_numpy()
-        if len(seeds) < 2:
+        seeds, K = np.asarray(k.index), k.to_numpy()
+        draw = draw_of(seeds, n_draws)
+        logt = np.log(K.sum(1))
+        on = [np.flatnonzero(draw == d) for d in np.unique(draw)]
+        on = [i for i in on if len(i) >= 2]
+        if not on:
             continue
         tot = K.sum(1)
-        d = [(student, seeds[i], seeds[j], tot[i] / tot[j] - 1)
-             for i in range(len(seeds)) for j in range(len(seeds)) if i != j]
+        d = [(student, int(seeds[i]), int(seeds[j]), tot[i] / tot[j] - 1)
+             for idx in on for i in idx for j in idx if i != j]
         pairs += d
-        se = [np.std(problem_resamples(K[i][:, None], K[i + 1], n_boot, seed)[:, 0], ddof=1)
-              for i in range(len(seeds) - 1)]
+        ss = sum(((logt[i] - logt[i].mean()) ** 2).sum() for i in on)
+        se = [np.std(problem_resamples(K[a][:, None], K[b], n_boot, seed)[:, 0], ddof=1)
+              for idx in on for a, b in zip(idx[:-1], idx[1:])]
+        means = [logt[draw == x].mean() for x in np.unique(draw)]
         summary.append({"student": student, "config": config, "n_seeds": len(seeds),
                         "sd_single": float(np.std([x[3] for x in d], ddof=1)),
-                        "sd_run": float(np.std(np.log(tot), ddof=1)), "se_problem": float(np.mean(se))})
+                        "sd_run": float(np.sqrt(ss / sum(len(i) - 1 for i in on))), "se_problem": float(np.mean(se)),
+                        "n_draws": len(means), "sd_draw": float(np.std(means, ddof=1)) if len(means) > 1 else np.nan})
     return NoiseTables(pd.DataFrame(pairs, columns=["student", "seed_a", "seed_b", "delta"]),
                        pd.DataFrame(summary, columns=["student", "config", "n_seeds", "sd_single", "sd_run",
-                                                      "se_problem"]))
+                                                      "se_problem", "n_draws", "sd_draw"]))
 
 
 class Estimate(NamedTuple):

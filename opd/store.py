@@ -458,8 +458,8 @@ PENDING = "_pending"  # the ledger's key: the runs this checkout has already see
 def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs: dict | None = None,
               base_specs: dict | None = None) -> dict:
     """Check every complete run of `run_ids` under out_dir/runs/ (check_run; against its job spec where `specs`
-    maps run ids to opd.spec TrainSpecs) and, with `base_specs` ({student: BaseSpec}), every student's base
-    models under out_dir/_models/ (base.json's record of student.pt and teacher.pt); move each damaged or stale
+    maps run ids to opd.spec TrainSpecs) and, with `base_specs` ({folder: BaseSpec}, opd.dag.base_specs), every student's base
+    models on every draw under out_dir/_models/<folder>/ (base.json's record of student.pt and teacher.pt); move each damaged or stale
     run's files (or base models) to out_dir/_quarantine/ and report it by name on stderr, so the DAG built next
     reruns exactly those. A run that is incomplete (killed, its run.json missing or `running`) or missing
     altogether is named too, the first time this checkout sees it so. Each of these appends to the quarantine
@@ -552,8 +552,8 @@ def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict 
     """Write `files` (sizes and sha256) into each complete run.json of run_ids that has none (written before
     hashes were recorded), once each of its files reads in full against the Parquet contract; and, with `specs`
     ({run_id: TrainSpec}), `spec_sha256` into each complete run.json that has none, once its recorded row_hash,
-    settings, student and seed agree with the spec (spec_problems); with `base_specs` ({student: BaseSpec}), the
-    same into each student's base.json (its files: student.pt and teacher.pt, once their spec agrees with
+    settings, student and seed agree with the spec (spec_problems); with `base_specs` ({folder: BaseSpec}), the
+    same into each base-model folder's base.json (its files: student.pt and teacher.pt, once their spec agrees with
     base.json's). Returns what was recorded (run ids, `base models of <student>`). Committed, the hashes protect
     those runs in every clone from the first check on."""
     recorded = []

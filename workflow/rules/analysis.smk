@@ -18,6 +18,7 @@ rule analysis:
         bootstrap=EXPERIMENT.bootstrap.written(),
         # a one-seed row's run-to-run variance: the experiment's sequential rule's assumption (opd.plan.rule_of)
         one_seed_ratio=P.rule_of(EXPERIMENT).one_seed_ratio,
+        base_draws=EXPERIMENT.base_draws,  # run seed s trains from base-model draw s % base_draws
         admission=EXPERIMENT.admission.written(),
         rl_collapse=EXPERIMENT.rl_collapse.written(),  # as config.yaml writes it: the script reads opd.spec.RLCollapse
         primary=SHOWN,

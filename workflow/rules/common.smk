@@ -26,7 +26,7 @@ if EXPERIMENT.adaptive:
     PLAN = P.checked(EXPERIMENT, f"results/{EXP}", lambda e: store.heal_runs(
         f"results/{EXP}", [r.run_id for r in e.runs()], ledger=f".snakemake/opd/verified-{EXP}.json",
         specs=dag.train_specs(e, f"results/{EXP}/_models"),
-        base_specs={s: dag.base_spec(e, s) for s in e.students} if e.backend == "tiny" else None))
+        base_specs=dag.base_specs(e)))
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
     for line in PLAN.summary():
         print(line, file=sys.stderr, flush=True)
@@ -62,6 +62,7 @@ wildcard_constraints:
 # then _models/ (tiny students and teachers), then admission/, analysis/, runs/ are written in the order
 # the DAG makes them, and committed results never look older than their inputs.
 MODELS = f"{OUT}/_models"
+BASES = dag.base_specs(EXPERIMENT)  # the base-model jobs (tiny backend) by folder: every student on every draw
 # Every run's training spec (opd.dag.train_specs): what its spec file holds, and what its run.json is checked against.
 SPECS = dag.train_specs(EXPERIMENT, MODELS)
 # The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
@@ -71,8 +72,7 @@ SPECS = dag.train_specs(EXPERIMENT, MODELS)
 # a run found incomplete or missing are logged there, and the log is an input of the analysis: the DAG reruns
 # exactly those runs, whatever else is up to date.
 DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS,
-                          base_specs={s: dag.base_spec(EXPERIMENT, s) for s in EXPERIMENT.students}
-                          if BACKEND == "tiny" else None)
+                          base_specs=dag.base_specs(EXPERIMENT))
 # an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
 QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
 
@@ -239,7 +239,7 @@ def findings_inputs(w):
     the gradient probes where the experiment (and, for `snakemake figures`, the results that exist) has them."""
     s = scope()
     files = {k: ANALYSIS_FILES[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout",
-                                            "rl", "rows", "edge", "decides")}
+                                            "rl", "rows", "edge", "decides", "draws")}
     files["admission_summary"] = ANALYSIS_FILES["admission_summary.json"]
     if KV_STUDENTS and s.all_in(MEASURED["kv_attribution"]):
         files["kv_attribution"] = ANALYSIS_FILES["kv_attribution"]
@@ -254,9 +254,10 @@ def findings_inputs(w):
 
 # ---------------------------------------------------------------- the compute jobs' inputs (their spec files)
 
-def base_inputs(student):
-    """A tiny-backend student's checkpoint and its teacher's (none for verl: its models are named in config)."""
-    return dag.base_paths(EXPERIMENT, MODELS, student)
+def base_inputs(student, draw=0):
+    """A tiny-backend student's checkpoint and its teacher's on a base-model draw (none for verl: its models are
+    named in config). The offline measurements read draw 0's; a run reads its seed's draw."""
+    return dag.base_paths(EXPERIMENT, MODELS, student, draw)
 
 
 def spec_file(spec):
@@ -271,7 +272,8 @@ def train_inputs(w):
     run's spec holds the probes, opd.dag.probes). The base models count by their spec (it is in the run's:
     student_spec), not their file times: base models rebuilt after damage (opd.store.heal_runs checks them against
     base.json) rerun no run computed from the same spec."""
-    base = {k: ancient(v) for k, v in base_inputs(RUNS[w.run_id].student).items()}
+    run = RUNS[w.run_id]
+    base = {k: ancient(v) for k, v in base_inputs(run.student, EXPERIMENT.draw_of(run.seed)).items()}
     return {**base, "spec": spec_file(SPECS[w.run_id])}
 
 
@@ -287,7 +289,7 @@ def offline_inputs(build, student, *args):
 def run_train_spec(run_id):
     """A run's training spec, as the train rule builds it (common.smk's train_inputs; verl runs are never probed)."""
     run = RUNS[run_id]
-    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student))
+    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student, EXPERIMENT.draw_of(run.seed)))
 
 
 def heldout_parts(w):

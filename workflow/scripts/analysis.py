@@ -135,6 +135,24 @@ def infra(st: pd.DataFrame, baseline: str, window, peak_flops, flops_per_token: 
               "first-step diff"]].sort_values(["student", "config"])
 
 
+def draws_table(heldout: pd.DataFrame, steps: pd.DataFrame, params, references: dict) -> pd.DataFrame:
+    """Every OPD comparison on each base-model draw alone (stats.draw_verdicts: Delta, both intervals and both
+    verdicts against the reference's runs on that draw), with the draw's D (mean d_n of its runs) and the
+    student's initial held-out KL on it (the baseline's step-0 evaluation, mean over its runs on the draw)."""
+    b = params.bootstrap
+    d = stats.draw_verdicts(heldout, params.baseline, tau=params.tau, n_draws=params.base_draws,
+                            n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references,
+                            one_seed_ratio=params.one_seed_ratio)
+    per_run = steps.groupby(["student", "config", "seed"], as_index=False)["d_n"].mean()
+    per_run["draw"] = stats.draw_of(per_run["seed"], params.base_draws)
+    D = per_run.groupby(["student", "config", "draw"], as_index=False).agg(D=("d_n", "mean"))
+    base = heldout[(heldout["config"] == params.baseline) & (heldout["step"] == 0)]
+    k0 = base.groupby(["student", "seed"], as_index=False)["kl"].mean()
+    k0["draw"] = stats.draw_of(k0["seed"], params.base_draws)
+    k0 = k0.groupby(["student", "draw"], as_index=False).agg(initial_kl=("kl", "mean"))
+    return d.merge(D, on=["student", "config", "draw"], how="left").merge(k0, on=["student", "draw"], how="left")
+
+
 def main(inp, out, params):
     steps = pd.concat([store.read_table(p) for p in inp.steps], ignore_index=True)
     heldout = pd.concat([store.read_table(p) for p in inp.heldout], ignore_index=True)
@@ -150,8 +168,9 @@ def main(inp, out, params):
     references = {r.name: r.reference for r in R if r.reference}
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
                        tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references,
-                       one_seed_ratio=params.one_seed_ratio)
+                       one_seed_ratio=params.one_seed_ratio, n_draws=params.base_draws)
     derived.write_table(v, out.verdicts)
+    derived.write_table(draws_table(heldout[heldout["config"].isin(opd)], steps, params, references), out.draws)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
     engines = [r.name for r in R if r.in_budget]
     budget = stats.budget_table(v[v["config"].isin(engines)], params.taus)
@@ -164,7 +183,7 @@ def main(inp, out, params):
     near = [stats.edge_counts(v[(v["student"] == e.student) & v["config"].isin(sources)], e.edge, params.tau)
             for e in edge.itertuples()]
     derived.write_table(edge.assign(n_pass_near=[p for p, _ in near], n_fail_near=[f for _, f in near]), out.edge)
-    pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"])
+    pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"], n_draws=params.base_draws)
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)
     noise["sd_used"] = noise["sd_run"] * np.sqrt(1 / noise["n_seeds_row"] + 1 / noise["n_seeds"])

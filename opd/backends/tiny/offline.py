@@ -28,13 +28,13 @@ def base_job(spec: BaseSpec, out: Path) -> None:
     t0 = time.perf_counter()
     set_threads(spec)
     s = spec.student_spec
-    losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.student}")
+    losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.name}")
     # the models' sizes and sha256 and the spec's: the cache check (store.heal_runs) compares them before each DAG
     files = {n: {"size": (Path(out) / n).stat().st_size, "sha256": provenance.sha256_file(Path(out) / n)}
              for n in store.BASE_FILES}
     store.write_json({"student": spec.student, "spec": s.written(), "spec_sha256": spec.sha256(), "files": files,
                       **losses}, Path(out) / "base.json")
-    progress.done(f"base {spec.student}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
+    progress.done(f"base {spec.name}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
                   **losses)
 
 
