@@ -55,7 +55,8 @@ def small_toy(c):
     e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
     e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
                  for r in e["rows"] if r["name"] in ("bf16", "noise-15")]
-    e.pop("edges", None), e.pop("sequential", None)  # a fixed design (the bisected edges are test_plan.py's)
+    # a fixed design on one base model (the bisected edges are test_plan.py's, the draws test_draws.py's)
+    e.pop("edges", None), e.pop("sequential", None), e.pop("base_draws", None)
 
 
 @pytest.fixture(scope="session")

@@ -62,11 +62,11 @@ def test_changing_one_field_reruns_only_that_row(built_clone):
 
 def test_adding_a_seed_runs_only_that_seed(built_clone):
     def add_seed(c):
-        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "nvfp4")
+        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "noise-15")
         row["seeds"] = [0, 1, 2, 3]
     edit_config(built_clone, add_seed)
     jobs = planned(built_clone)
-    assert planned_runs(jobs) == {"nvfp4.qwen-s.s3"}
+    assert planned_runs(jobs) == {"noise-15.qwen-s.s3"}
     assert not planned_rules(jobs) & {"base_models", "admission"}
     assert {"analysis", "figure_noise", "figure_budget", "table_runs"} <= planned_rules(jobs)
 

@@ -17,8 +17,11 @@ MODELS = "results/toy/_models"
 
 
 def with_draws(cfg, n):
+    """The toy with n base-model draws (n = 1: the field left out, one base model per student)."""
     cfg = copy.deepcopy(cfg)
     cfg["experiments"]["toy"]["base_draws"] = n
+    if n == 1:
+        del cfg["experiments"]["toy"]["base_draws"]
     seq = cfg["experiments"]["toy"].get("sequential")
     if seq is not None:
         seq["start_seeds"] = max(seq.get("start_seeds", 1), n)
@@ -33,7 +36,8 @@ def err(cfg) -> str:
 
 
 def test_adding_draws_keeps_every_draw_0_spec_and_moves_later_seeds_to_their_own_base_models(toy_config):
-    one = Experiment.of(toy_config)
+    C.validate(with_draws(toy_config, 1))
+    one = Experiment.of(with_draws(toy_config, 1))
     C.validate(with_draws(toy_config, 3))
     three = Experiment.of(with_draws(toy_config, 3))
     before, after = dag.train_specs(one, MODELS), dag.train_specs(three, MODELS)
@@ -67,7 +71,7 @@ def test_draws_are_refused_where_a_comparison_would_miss_a_draw(toy_config):
     base = next(r for r in cfg["experiments"]["toy"]["rows"] if r.get("baseline"))
     base["seeds"] = [0, 1, 3, 4]  # draws 0 and 1 only
     m = err(cfg)
-    assert "('fp8w'), field 'seeds'" in m and "base-model draw(s) [2]" in m and "'bf16' has no run" in m
+    assert "('noise-15'), field 'seeds'" in m and "base-model draw(s) [2]" in m and "'bf16' has no run" in m
 
 
 def test_draws_are_refused_on_verl_and_a_sequential_start_must_reach_every_draw(toy_config):
@@ -94,3 +98,32 @@ def test_seed_noise_pairs_seeds_on_one_draw_and_measures_the_draws_apart():
     assert summary["sd_single"].iloc[0] < 0.05 and summary["sd_draw"].iloc[0] > 0.2
     _, one = stats.seed_noise(held, "bf16", n_draws=1, n_boot=200)  # pooled over the draws: the spread is theirs
     assert one["sd_single"].iloc[0] > 0.2 and np.isnan(one["sd_draw"].iloc[0])
+
+
+def findings_script():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent.parent / "workflow" / "scripts" / "findings.py"
+    spec = importlib.util.spec_from_file_location("findings_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model():
+    f = findings_script()
+    rows = [("s", "a", d, 0.05 * d, "pass") for d in range(3)] + \
+           [("s", "b", d, 0.3, "fail" if d else "pass") for d in range(3)] + [("s", "c", 0, 0.5, "fail")]
+    draws = pd.DataFrame(rows, columns=["student", "config", "draw", "delta", "verdict_seeds"])
+    noise = pd.DataFrame({"sd_draw": [0.12], "sd_run": [0.03]})
+    line = f.draws_sentence(draws, noise)
+    # c ran on one draw only: not judged across draws; b's verdict depends on its draw and is named with each
+    assert "1 of 2 comparisons" in line and "s b (draw 0 +30% pass, draw 1 +30% fail, draw 2 +30% fail)" in line
+    assert "SD of 0.12" in line and f.draws_sentence(draws[draws["draw"] == 0].assign(draw=0), noise) is None
+
+
+def test_a_control_student_nearer_its_teacher_is_found_by_its_spec_alone():
+    f = findings_script()
+    base = {"family": "qwen2", "layers": 2, "student_steps": 300, "teacher_steps": 600, "seed": 0}
+    specs = {"s": base, "s-near": {**base, "student_steps": 450}, "other": {**base, "layers": 3}}
+    assert f.nearer_pairs(specs) == [("s-near", "s")]

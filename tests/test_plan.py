@@ -27,7 +27,7 @@ def experiment(toy_config, *, rows=(), sequential=None, edges=(), base_seeds=(0,
     e = cfg["experiments"]["toy"]
     base = next(r for r in e["rows"] if r.get("baseline"))
     e["rows"] = [{**base, "students": ["qwen-s"], "seeds": list(base_seeds)}, *rows]
-    e.pop("sequential", None), e.pop("edges", None)  # only what the test gives
+    e.pop("sequential", None), e.pop("edges", None), e.pop("base_draws", None)  # only what the test gives
     if sequential:
         e["sequential"] = sequential
     if edges:
@@ -192,7 +192,7 @@ def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_con
 def test_one_value_is_one_row_on_every_student_that_reaches_it(toy_config):
     cfg = copy.deepcopy(toy_config)
     t = cfg["experiments"]["toy"]
-    t.pop("sequential", None)
+    t.pop("sequential", None), t.pop("base_draws", None)
     t["seeds"] = [0]  # each value one seed (the experiment's)
     t["rows"] = [{**next(r for r in t["rows"] if r.get("baseline")), "students": ["qwen-s", "qwen-m"],
                   "seeds": [0, 1, 2, 3]}]
@@ -248,7 +248,7 @@ def test_an_adaptive_design_that_cannot_run_is_named_before_any_job(toy_config, 
     cfg = copy.deepcopy(toy_config)
     e = cfg["experiments"]["toy"]
     e["rows"] = [next(r for r in e["rows"] if r.get("baseline"))]
-    e.pop("sequential", None), e.pop("edges", None)
+    e.pop("sequential", None), e.pop("edges", None), e.pop("base_draws", None)
     change(e)
     with pytest.raises(C.ConfigError, match=None) as err:
         C.validate(cfg)
@@ -265,7 +265,7 @@ def small_edge(c):
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
     e["infra"]["window"] = [0, 6]
     e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1, 2]} for r in e["rows"] if r.get("baseline")]
-    e.pop("sequential", None)  # each value one seed (the experiment's): a round is one new value
+    e.pop("sequential", None), e.pop("base_draws", None)  # each value one seed: a round is one new value
     e["edges"] = [{"name": "edge", "field": "noise_sigma", "bracket": [0.05, 0.2], "max_rows": 3,
                    "students": ["qwen-s"]}]
 
@@ -328,7 +328,7 @@ def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tm
         spec.loader.exec_module(mod)
         return mod
     cfg_e = {**toy_config["experiments"]["toy"], "rows": [r.written() for r in e.rows], "edges": [EDGE]}
-    cfg_e.pop("sequential", None)
+    cfg_e.pop("sequential", None), cfg_e.pop("base_draws", None)
     out = tmp_path / "edges.parquet"
     script("edges").main(SimpleNamespace(**paths), [str(out)], SimpleNamespace(name="toy", experiment=cfg_e))
     t = store.read_table(out)

@@ -35,9 +35,16 @@ def legacy_specs(cfg: dict, exp: str) -> dict[str, dict]:
     backend, out, first = E["backend"], f"results/{exp}", next(iter(E["students"]))
     rows = [Row.of(r) for r in E["rows"]]
 
-    def base(student):
-        return {"student": f"{out}/_models/{student}/student.pt",
-                "teacher": f"{out}/_models/{student}/teacher.pt"} if backend == "tiny" else {}
+    n_draws = E.get("base_draws", 1)
+
+    def base(student, draw=0):
+        folder = student if draw == 0 else f"{student}.d{draw}"
+        return {"student": f"{out}/_models/{folder}/student.pt",
+                "teacher": f"{out}/_models/{folder}/teacher.pt"} if backend == "tiny" else {}
+
+    def student_spec(student, draw):
+        st = E["students"][student]
+        return st if draw == 0 else {**st, "seed": st.get("seed", 0) + draw}
 
     def job_spec(**extra):
         spec = {"experiment": exp, "backend": backend, "task_seed": E["train"].get("task_seed", 0), **extra}
@@ -55,16 +62,16 @@ def legacy_specs(cfg: dict, exp: str) -> dict[str, dict]:
     specs = {}
     for r in rows:
         for s in r.students_or(first):
-            for seed in r.seeds or E["seeds"]:
+            for seed in (range(E["sequential"].get("start_seeds", 1)) if r.sequential else r.seeds or E["seeds"]):
                 run_id = f"{r.name}.{s}.s{seed}"
                 settings = {**E["train"], **({"lr": r.lr} if r.lr is not None else {})}
                 guard = None
                 if r.guard is not None:
                     g = r.guard.as_dict()
                     guard = {**g, "d_max": float(E["admission"]["L"] if g["d_max"] == "budget" else g["d_max"])}
-                b = base(s)
+                b = base(s, seed % n_draws)
                 specs[f"{out}/_jobs/train/{run_id}.json"] = job_spec(
-                    run_id=run_id, row=r.params(), student=s, seed=seed, student_spec=E["students"][s],
+                    run_id=run_id, row=r.params(), student=s, seed=seed, student_spec=student_spec(s, seed % n_draws),
                     settings=settings, student_path=b.get("student"), teacher_path=b.get("teacher"),
                     **({"guard": guard} if guard else {}))
         if r.in_budget and not r.staleness:
@@ -99,7 +106,7 @@ def test_the_typed_builders_write_what_the_rules_wrote(exp):
     built = {}
     for run in e.runs():
         built.update({dag.spec_path(f"results/{exp}", s): s for s in [
-            dag.train_spec(e, run, dag.base_paths(e, models, run.student))]})
+            dag.train_spec(e, run, dag.base_paths(e, models, run.student, e.draw_of(run.seed)))]})
     for r in e.rows:
         if r.in_budget and not r.staleness:
             for s in r.students_or(e.primary):

@@ -46,6 +46,8 @@ def submatrix(names, student=None, one_seed=False) -> list[dict]:
             r["students"] = [student]
         if one_seed:
             r["seeds"] = [0]  # the first seed: a probed run stays the one its committed spec probes
+        elif r.get("seeds") == "sequential":
+            r["seeds"] = [0, 1, 2]  # a fixed design: the first seeds, one per base-model draw, which every such row ran
         rows.append(r)
     return rows
 

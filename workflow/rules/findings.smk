@@ -13,6 +13,7 @@ rule findings:
         alpha=EXPERIMENT.admission.alpha,
         L=EXPERIMENT.admission.L,
         rl_collapse=EXPERIMENT.rl_collapse.written(),
+        students={name: s.written() for name, s in EXPERIMENT.students.items()},
     log:
         f"logs/{EXP}/findings.log",
     script:
