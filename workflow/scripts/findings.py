@@ -379,6 +379,11 @@ SCORE_HEAD = ("## Claims scorecard\n\nOne line per claim of the paper: the paper
               "or reference) are not sources.\n")
 
 
+SCORE_DRAWS = ("Each verdict is judged across base-model draws: both sides are paired on each of the (up to) "
+               "{n_draws} base models per student that the candidate ran, and the seed-aware interval covers the "
+               "draws (\"Base-model draws\" below).\n")
+
+
 def row_objects(rows: pd.DataFrame) -> list[Row]:
     """The rows of report.rows_frame as opd.rows.Row (its derived columns left out)."""
     return [Row.of({k: v for k, v in r.items() if k in FIELD_TYPES}) for r in rows.to_dict("records")]
@@ -658,7 +663,9 @@ def scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primar
              score_variants(verdicts, rows), score_rl(rl, verdicts, d0) if len(rl) else None,
              score_admission(admission) if admission else None]
     lines += score_mechanism(probes[0]) if probes is not None else []
-    return [SCORE_HEAD.format(tau=tau)] + [x for x in lines if x] + ["", "## Findings", ""]
+    n_draws = int(verdicts["n_draws"].max()) if "n_draws" in verdicts and len(verdicts) else 1
+    head = SCORE_HEAD.format(tau=tau) + ("" if n_draws < 2 else SCORE_DRAWS.format(n_draws=n_draws))
+    return [head] + [x for x in lines if x] + ["", "## Findings", ""]
 
 
 def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission, rl, tau, baseline, primary,
