@@ -427,6 +427,18 @@ def final_pairs(heldout: pd.DataFrame, baseline: str, references: dict):
                    100 * (acc.loc[config].mean() - acc.loc[ref].mean()))
 
 
+def pooled_draw_variances(pairs, n_draws: int) -> dict[str, DrawVariance]:
+    """Per student, the draw x configuration interaction variance pooled over its comparisons that ran on two
+    draws or more (pairs: final_pairs' tuples; run seed s on draw s % n_draws)."""
+    est = {}
+    for student, config, ref, kc, kr, sc, sr, _ in pairs:
+        kr2, sr2 = shared_draws(kr, sr, sc, n_draws)
+        if config != ref and len(np.unique(draw_of(sc, n_draws))) > 1:
+            est.setdefault(student, []).append(draw_variance(kc, kr2, draws_cand=draw_of(sc, n_draws),
+                                                             draws_base=draw_of(sr2, n_draws)))
+    return {s: pool_draw_variance(e) for s, e in est.items()}
+
+
 def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: float, n_boot: int = 10_000,
              ci: float = 0.95, seed: int = 0, references: dict | None = None, n_draws: int = 1,
              pool_draws: bool = False, one_seed_ratio: float = 1.0) -> pd.DataFrame:
@@ -446,15 +458,7 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
     other side's (seed_bootstrap; an experiment's `sequential.one_seed_ratio`, 1 without one)."""
     references = references or {}
     pairs = list(final_pairs(heldout, baseline, references))
-    pooled = {}
-    if pool_draws and n_draws > 1:
-        est = {}
-        for student, config, ref, kc, kr, sc, sr, _ in pairs:
-            kr2, sr2 = shared_draws(kr, sr, sc, n_draws)
-            if config != ref and len(np.unique(draw_of(sc, n_draws))) > 1:
-                est.setdefault(student, []).append(draw_variance(kc, kr2, draws_cand=draw_of(sc, n_draws),
-                                                                 draws_base=draw_of(sr2, n_draws)))
-        pooled = {s: pool_draw_variance(e) for s, e in est.items()}
+    pooled = pooled_draw_variances(pairs, n_draws) if pool_draws and n_draws > 1 else {}
     out = []
     for student, config, ref, kc, kr, sc, sr, acc in pairs:
         c = compare(kc, kr, seeds_cand=sc, seeds_ref=sr, n_draws=n_draws, n_boot=n_boot, ci=ci, seed=seed,

@@ -188,6 +188,13 @@ def main(inp, out, params):
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)
     noise["sd_used"] = noise["sd_run"] * np.sqrt(1 / noise["n_seeds_row"] + 1 / noise["n_seeds"])
     noise["tau"] = params.tau
+    # the draw x configuration interaction (log scale), pooled over each student's comparisons on two draws or more:
+    # what the base model alone does to a configuration's Delta (NaN with one draw)
+    opd_rows = heldout[heldout["config"].isin(opd)]
+    pooled = stats.pooled_draw_variances(stats.final_pairs(opd_rows, params.baseline, references), params.base_draws) \
+        if params.base_draws > 1 else {}
+    noise["sd_draw_config"] = noise["student"].map({s: np.sqrt(p.var) for s, p in pooled.items()}).astype(float)
+    noise["draw_config_df"] = noise["student"].map({s: p.df for s, p in pooled.items()}).astype(float)
     derived.write_table(pairs, out.null_deltas)
     derived.write_table(noise, out.noise)
     derived.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)

@@ -18,7 +18,8 @@ DRAWS = ("- **Base-model draws.** {n_draws} base models per student, each its ow
          "s % {n_draws}); every comparison pairs its two sides on the draws the candidate ran, and the seed-aware "
          "interval covers the draws (their spread, Student-t on the draws' count). The base model alone moves the "
          "standard engine's final held-out KL by an SD of {sd_draw} (log scale) between draws, against {sd_run} "
-         "between OPD seeds on one draw. Judged on each draw alone (seed-aware rule, one seed against the "
+         "between OPD seeds on one draw; a configuration's Δ moves with the draw by an SD of {sd_dc} (the draw x "
+         "configuration interaction, log scale, pooled over each student's rows). Judged on each draw alone (seed-aware rule, one seed against the "
          "reference's on that draw), {n_same} of {n} comparisons with runs on every draw reach the same verdict on "
          "all of them{differ}.")
 CLOSING = ("- **OPD works.** On the standard engine, held-out KL goes from {k0:.4f} to {k1:.4f} on {student}: "
@@ -199,6 +200,7 @@ def draws_sentence(draws: pd.DataFrame, noise: pd.DataFrame) -> str | None:
         for (st, c), x in split)
     span = lambda col: two_digit_span(noise[col].dropna())  # noqa: E731
     return DRAWS.format(n_draws=n_draws, sd_draw=span("sd_draw"), sd_run=span("sd_run"),
+                        sd_dc=span("sd_draw_config") if "sd_draw_config" in noise else "–",
                         n_same=len(full) - len(split), n=len(full), differ=differ)
 
 
