@@ -120,8 +120,11 @@ def main(argv=None) -> int:
 
 def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str]) -> int:
     """Each round: the plan from the results so far (opd.plan), then `snakemake` with the given arguments (and
-    --config experiment=... when one is named), which trains that round; until a plan leaves no run to train.
-    Stops with 1 when a snakemake call fails or a round trains nothing of what it planned."""
+    --config experiment=... when one is named) and the round's runs as its targets, which trains that round and
+    nothing else (the analysis and figures are not rebuilt between rounds: the plan reads the runs themselves);
+    until a plan leaves no run to train. After the last round, one `snakemake` with the given arguments builds
+    every output from the final results. Stops with 1 when a snakemake call fails or a round trains nothing of
+    what it planned."""
     import subprocess
     from opd import config as C
     from opd import plan
@@ -137,14 +140,19 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
         p = plan.planned(Experiment.of(cfg, exp), plan.Results(f"results/{exp}", plan.memo_path(exp)))
         if not p.pending:
             print("\n".join(p.summary()) if p.adaptive else f"calibrate: {exp!r} has no adaptive rows; nothing planned")
-            print(f"calibrate: done after {round_ - 1} round(s)")
+            print(f"calibrate: done after {round_ - 1} round(s)", flush=True)
+            if round_ > 1 and subprocess.run(["snakemake", *args]).returncode != 0:
+                print("calibrate: every round is trained, but the snakemake that builds the outputs from them failed",
+                      file=sys.stderr)
+                return 1
             return 0
         if p.pending == before:
             print(f"calibrate: round {round_ - 1} trained none of {len(before)} planned run(s) ({', '.join(before)}); "
                   f"stopping", file=sys.stderr)
             return 1
         print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
-        if subprocess.run(["snakemake", *args]).returncode != 0:
+        targets = [f"results/{exp}/runs/{r}/run.json" for r in p.pending]
+        if subprocess.run(["snakemake", *args, *targets]).returncode != 0:
             print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
                   file=sys.stderr)
             return 1
