@@ -120,8 +120,8 @@ def main(argv=None) -> int:
 
 def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str]) -> int:
     """Each round: the plan from the results so far (opd.plan), then `snakemake` with the given arguments (and
-    --config experiment=... when one is named) and the round's runs as its targets, which trains that round and
-    nothing else (the analysis and figures are not rebuilt between rounds: the plan reads the runs themselves);
+    --config experiment=... when one is named) and the target plan_round (the round's runs), which trains that
+    round and nothing else (the analysis and figures are not rebuilt between rounds: the plan reads the runs themselves);
     until a plan leaves no run to train. After the last round, one `snakemake` with the given arguments builds
     every output from the final results. Stops with 1 when a snakemake call fails or a round trains nothing of
     what it planned."""
@@ -137,7 +137,7 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
         args += ["--config", f"experiment={experiment}"]
     before = None
     for round_ in range(1, max_rounds + 1):
-        p = plan.planned(Experiment.of(cfg, exp), plan.Results(f"results/{exp}", plan.memo_path(exp)))
+        p = plan.checked_plan(Experiment.of(cfg, exp), f"results/{exp}")  # the plan the DAG will build
         if not p.pending:
             print("\n".join(p.summary()) if p.adaptive else f"calibrate: {exp!r} has no adaptive rows; nothing planned")
             print(f"calibrate: done after {round_ - 1} round(s)", flush=True)
@@ -151,8 +151,7 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
                   f"stopping", file=sys.stderr)
             return 1
         print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
-        targets = [f"results/{exp}/runs/{r}/run.json" for r in p.pending]
-        if subprocess.run(["snakemake", *args, *targets]).returncode != 0:
+        if subprocess.run(["snakemake", *args, "plan_round"]).returncode != 0:  # rule plan_round: p.pending
             print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
                   file=sys.stderr)
             return 1

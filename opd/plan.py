@@ -401,6 +401,15 @@ def checked(e: Experiment, out: str | Path, check) -> Plan:
             return plan
 
 
+def checked_plan(e: Experiment, out: str) -> Plan:
+    """The DAG's plan (workflow/rules/common.smk) and `opd.cli calibrate`'s: `checked` with the cache check of
+    opd.store.heal_runs on the planned runs and every base model (this checkout's ledger of hashed files)."""
+    from opd import dag, store
+    return checked(e, out, lambda x: store.heal_runs(
+        out, [r.run_id for r in x.runs()], ledger=f".snakemake/opd/verified-{e.name}.json",
+        specs=dag.train_specs(x, f"{out}/_models"), base_specs=dag.base_specs(x)))
+
+
 def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Experiment:
     """Experiment `name` of a validated config as the DAG builds it: planned from the results under `out`
     (default results/<name>) where it is adaptive, as it is otherwise."""

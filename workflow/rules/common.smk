@@ -23,10 +23,7 @@ from opd import plan as P
 PLAN = None
 if EXPERIMENT.adaptive:
     # from checked runs only: the runs a plan reads go through the cache check below first (opd.store.heal_runs)
-    PLAN = P.checked(EXPERIMENT, f"results/{EXP}", lambda e: store.heal_runs(
-        f"results/{EXP}", [r.run_id for r in e.runs()], ledger=f".snakemake/opd/verified-{EXP}.json",
-        specs=dag.train_specs(e, f"results/{EXP}/_models"),
-        base_specs=dag.base_specs(e)))
+    PLAN = P.checked_plan(EXPERIMENT, f"results/{EXP}")
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
     for line in PLAN.summary():
         print(line, file=sys.stderr, flush=True)

@@ -19,3 +19,10 @@ rule train:
     priority: lambda w: STUDENT_RANK[RUNS[w.run_id].student]
     shell:
         "python -m opd.cli train --spec {input.spec} --run-dir {OUT}/runs/{wildcards.run_id} --launcher {LAUNCH}"
+
+
+# One round of an adaptive design (opd.plan): the runs the plan asks for now and nothing else (no analysis, no
+# figures); `python -m opd.cli calibrate` calls it until the plan is done, then builds every output once.
+rule plan_round:
+    input:
+        [f"{OUT}/runs/{r}/run.json" for r in (PLAN.pending if PLAN is not None else ())],
