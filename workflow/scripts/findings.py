@@ -532,9 +532,11 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, d0: dict) -> str | None:
         opd_pass = r.opd_verdict_seeds == "pass"
         n = int(r.n_seeds)
         se = f" ± {r.accuracy_change_se:.1f}" if np.isfinite(r.accuracy_change_se) else ""
-        items.append(f"{r.config} ({n} seed{'s' if n != 1 else ''}, engine D {opd_d:.2g} = {opd_d / d0[r.student]:.0f}x D(0)): "
+        engine = (f"engine D {opd_d:.2g} = {opd_d / d0[r.student]:.0f}x D(0)" if np.isfinite(opd_d)
+                  else "no OPD row on this engine")
+        items.append(f"{r.config} ({n} seed{'s' if n != 1 else ''}, {engine}): "
                      f"{r.accuracy_change:+.1f}{se} points, {'collapsed' if r.collapsed else 'no collapse'}; OPD "
-                     f"{r.opd_verdict_seeds}")
+                     f"{r.opd_verdict_seeds or 'not run'}")
         first_rl[r.algorithm] = first_rl.get(r.algorithm, False) or (bool(r.collapsed) and opd_pass)
         first_opd[r.algorithm] = first_opd.get(r.algorithm, False) or (not r.collapsed and r.opd_verdict_seeds == "fail")
     # per algorithm: agrees where it collapses on an engine OPD passes, disagrees where instead OPD fails an engine on
