@@ -7,18 +7,35 @@ from opd.rows import Row
 from opd.spec import Infra, RLCollapse
 
 
+def accuracy_change(per_seed: pd.Series, me, ref, n_draws: int) -> tuple[float, float]:
+    """A row's final held-out accuracy change against its reference, in points, and its standard error: with one
+    base-model draw, the difference of the two seed means and the SE from both rows' seed-to-seed variances (NaN
+    with one seed on a side); with several, paired by draw (run seed s on draw s % n_draws): the mean over the
+    draws both ran of the draw's difference, and the SE from those differences' spread (NaN with one draw).
+    per_seed: final accuracy by (student, config, seed)."""
+    a, b = per_seed.loc[me], per_seed.loc[ref]
+    if n_draws <= 1:
+        se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+        return 100 * float(a.mean() - b.mean()), 100 * float(se)
+    da = a.groupby(stats.draw_of(a.index.to_numpy(), n_draws)).mean()
+    db = b.groupby(stats.draw_of(b.index.to_numpy(), n_draws)).mean()
+    d = (da - db).dropna()
+    return 100 * float(d.mean()), 100 * float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+
+
 def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, verdicts: pd.DataFrame,
-             collapse: dict) -> pd.DataFrame:
+             collapse: dict, n_draws: int = 1) -> pd.DataFrame:
     """Each RL run against the same algorithm on the standard engine, next to OPD under that engine, with
     the paper's collapse rule (stats.rl_collapse, thresholds `collapse` fixed in config before the runs):
-    held-out accuracy, the policy's held-out entropy and mean response length at the final evaluation,
-    each against the reference run. The training-step entropy (last / first step) is shown beside."""
+    held-out accuracy (its change paired by base-model draw: accuracy_change), the policy's held-out entropy
+    and mean response length at the final evaluation, each against the reference run. The training-step
+    entropy (last / first step) is shown beside."""
     R = [Row.of(r) for r in rows.to_dict("records")]
     acc = heldout.groupby(["student", "config", "step"])["correct"].mean().reset_index()
     fin = stats.final_heldout(heldout)
     final = fin.groupby(["student", "config"])["correct"].mean()
-    per_seed = fin.groupby(["student", "config", "seed"])["correct"].mean().groupby(["student", "config"])
-    seed_var, n_seeds = per_seed.var(ddof=1), per_seed.size()  # the final accuracy's spread over a row's seeds
+    per_seed = fin.groupby(["student", "config", "seed"])["correct"].mean()  # final accuracy per run
+    n_seeds = per_seed.groupby(["student", "config"]).size()
     held_len = fin.groupby(["student", "config"])["n_tokens"].mean()  # tokens of a problem's responses, summed
     held_ent = (fin.assign(e=fin["entropy"] * fin["n_tokens"]).groupby(["student", "config"])["e"].sum(min_count=1)
                 / fin.groupby(["student", "config"])["n_tokens"].sum()) if "entropy" in fin else None
@@ -38,14 +55,12 @@ def rl_table(rows: pd.DataFrame, steps: pd.DataFrame, heldout: pd.DataFrame, ver
 
             def vs_ref(x):
                 return float(x[me] / x[ref]) if ref_name and x is not None else float("nan")
+            change, change_se = accuracy_change(per_seed, me, ref, n_draws) if ref_name else (np.nan, np.nan)
             out.append({
                 "student": student, "config": r["name"], "algorithm": r["algorithm"], "variant": r["variant"],
                 "reference": ref_name, "opd_config": opd_name, "D": D[me],
                 "accuracy_initial": 100 * a0, "accuracy_final": 100 * final[me],
-                "accuracy_change": 100 * (final[me] - final[ref]) if ref_name else float("nan"),
-                # its standard error over seeds (both rows' seed-to-seed variances; NaN with one seed on either side)
-                "accuracy_change_se": 100 * float(np.sqrt(seed_var[me] / n_seeds[me] + seed_var[ref] / n_seeds[ref]))
-                if ref_name else float("nan"), "n_seeds": int(n_seeds[me]),
+                "accuracy_change": change, "accuracy_change_se": change_se, "n_seeds": int(n_seeds[me]),
                 "entropy_ratio": vs_ref(held_ent), "length_ratio": vs_ref(held_len),
                 "train_entropy_ratio": ent.loc[me, "last"] / ent.loc[me, "first"],
                 "opd_delta": v["delta"].get((student, opd_name), float("nan")) if opd_name else float("nan"),
@@ -206,7 +221,7 @@ def main(inp, out, params):
     derived.write_table(record, out.admission)
     derived.write_json(stats.admission_summary(record), out.admission_summary)
     collapse = RLCollapse.of(params.rl_collapse).thresholds()  # config.yaml's, over the defaults
-    derived.write_table(rl_table(rows, steps, heldout, v, collapse), out.rl)
+    derived.write_table(rl_table(rows, steps, heldout, v, collapse, params.base_draws), out.rl)
     derived.write_table(time_to_kl(heldout, steps, R, params.baseline), out.time_to_kl)
     fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
     i = Infra.of(params.infra)

@@ -41,7 +41,8 @@ ADMISSION_NONE = ("- **Admission check** (α = {alpha}, L = {L}): no candidate e
                   "outcome to compare with (the standard engine is not counted).")
 RL = "- **RL under the same engines** ({student}): {items}."
 RL_SPREAD = ("- **RL collapse thresholds against the seed spread** ({student}, the standard engine's {n} OPD seeds at the "
-             "final held-out evaluation, the quantities the rule compares): mean held-out response length varies by "
+             "final held-out evaluation, on all its base-model draws, the quantities the rule compares): mean "
+             "held-out response length varies by "
              "{len_cv:.2%} across seeds (SD/mean), so the length factor {len_f:g}x is {len_sds:.0f} such SDs; {entropy}.")
 RL_SPREAD_ENTROPY = ("held-out entropy varies by {ent_cv:.1%}, so the entropy factor {ent_f:g}x is {ent_sds:.0f} such "
                      "SDs")
