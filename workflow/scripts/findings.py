@@ -556,7 +556,8 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, d0: dict) -> str | None:
     return SCORE.format(claim="RL breaks before OPD.", paper=f"REINFORCE collapses at ~{PAPER_RL['reinforce']}x the "
                         f"standard mismatch and GRPO at ~{PAPER_RL['grpo']}x, on engines OPD passes",
                         toy="; ".join(items) + " (accuracy: the seeds' mean against the same algorithm on the "
-                        "standard engine, ± its standard error over seeds)", verdict=verdict, why=why)
+                        "standard engine, ± its standard error: over the base-model draws, each draw's runs paired, "
+                        "where the runs span several; over seeds otherwise)", verdict=verdict, why=why)
 
 
 def score_admission(a: dict) -> str | None:
