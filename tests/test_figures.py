@@ -95,7 +95,8 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
                              taus=[0.1, 0.2, 0.3], bootstrap={"resamples": 1000, "level": 0.95, "seed": 0},
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,
                              students=STUDENTS, backend="tiny", rl_collapse={"accuracy_points": 5},
-                             one_seed_ratio=1.0)  # no sequential rule: a one-seed row as noisy as the baseline
+                             one_seed_ratio=1.0,  # no sequential rule: a one-seed row as noisy as the baseline
+                             base_draws=1)
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
     rng = np.random.default_rng(1)
     cases = [(m, layer, part, v * share) for m, layer, v in [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001)]

@@ -100,14 +100,14 @@ def test_a_changed_and_a_new_verdict_each_get_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     cfg = C.load()
     now = V.seen(cfg, "toy")
-    assert now["nvfp4"]["qwen-s"]["paper"] == "fail"
+    assert now["noise-15"]["qwen-s"]["paper"] == "fail"
     old = json.loads(json.dumps(now))
-    old["nvfp4"]["qwen-s"]["paper"] = "pass"  # the last run saw it pass
+    old["noise-15"]["qwen-s"]["paper"] = "pass"  # the last run saw it pass
     del old["fp8w"]  # and had no fp8w yet
     monkeypatch.setattr(V, "state_path", lambda experiment: tmp_path / f"verdicts-{experiment}.json")
     lines = V.announce(cfg, "toy", old, stream=sys.stdout)
     assert len(lines) == 2
-    changed = next(x for x in lines if x.startswith("verdict of nvfp4:"))
+    changed = next(x for x in lines if x.startswith("verdict of noise-15:"))
     assert "qwen-s: changed: pass (paper's rule)" in changed and "-> fail (paper's rule)" in changed
     new = next(x for x in lines if x.startswith("verdict of fp8w:"))
     assert all(f"{s}: new: D = " in new for s in ("qwen-s", "qwen-m", "llama-s"))
@@ -185,17 +185,17 @@ def test_a_changed_row_is_named_and_its_verdict_called_old(tmp_path):
 
 def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):
     """The Snakefile's onsuccess, in a real run that trains nothing (a fresh clone reruns its analysis): against
-    a record in which nvfp4 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
+    a record in which noise-15 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
     clone = make_clone(tmp_path / "clone")
     state = clone / ".snakemake/opd/verdicts-toy.json"
     state.parent.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(clone)  # the record is of the clone's analysis files, read as Snakemake reads them
     record = V.seen(C.load(clone / "config.yaml"), "toy")
-    record["nvfp4"]["qwen-s"]["paper"] = "pass"
+    record["noise-15"]["qwen-s"]["paper"] = "pass"
     state.write_text(json.dumps(record))
     r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2", "results/toy/analysis/verdicts.parquet"],
                        cwd=clone, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("verdict of ")]
-    assert len(lines) == 1 and lines[0].startswith("verdict of nvfp4: qwen-s: changed: pass (paper's rule)")
-    assert json.loads(state.read_text())["nvfp4"]["qwen-s"]["paper"] == "fail"  # recorded for the next run
+    assert len(lines) == 1 and lines[0].startswith("verdict of noise-15: qwen-s: changed: pass (paper's rule)")
+    assert json.loads(state.read_text())["noise-15"]["qwen-s"]["paper"] == "fail"  # recorded for the next run
