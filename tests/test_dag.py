@@ -7,6 +7,9 @@ import shutil
 import pytest
 
 from conftest import TRAIN_RULES, edit_config, make_clone, planned, planned_rules, planned_runs, snakemake
+from opd import config as C
+from opd import dag
+from opd.spec import Experiment
 
 TRAINING = TRAIN_RULES | {"base_models"}
 
@@ -62,25 +65,27 @@ def test_changing_one_field_reruns_only_that_row(built_clone):
 
 def test_adding_a_seed_runs_only_that_seed(built_clone):
     def add_seed(c):
-        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "noise-15")
+        row = next(r for r in c["experiments"]["toy"]["rows"] if r["name"] == "stale-k1")
         row["seeds"] = [0, 1, 2, 3]
     edit_config(built_clone, add_seed)
     jobs = planned(built_clone)
-    assert planned_runs(jobs) == {"noise-15.qwen-s.s3"}
+    assert planned_runs(jobs) == {"stale-k1.qwen-s.s3"}
     assert not planned_rules(jobs) & {"base_models", "admission"}
     assert {"analysis", "figure_noise", "figure_budget", "table_runs"} <= planned_rules(jobs)
 
 
 def test_changing_the_probe_settings_reruns_only_the_probed_runs(built_clone):
     """The probes run inside their runs' training jobs (rule train_probed): new probe settings retrain those
-    nine runs, with their probes, and no other run."""
+    runs (opd.dag.probe_runs: the primary student's first seed of the baseline, noise and staleness rows), with
+    their probes, and no other run."""
     smk = built_clone / "opd/dag.py"  # opd.dag.probes: where the probe settings are set
     text = smk.read_text()
     assert '"prompts": 128,' in text
     smk.write_text(text.replace('"prompts": 128,', '"prompts": 64,'))
     jobs = planned(built_clone)
     probed = {w.split("=", 1)[1] for r, w in jobs if r == "train_probed"}
-    assert planned_runs(jobs) == probed and len(probed) == 9
+    expected = set(dag.probe_runs(Experiment.of(C.load(built_clone / "config.yaml"))))
+    assert planned_runs(jobs) == probed == expected and len(probed) >= 9
     assert {"bf16.qwen-s.s0", "noise-325.qwen-s.s0", "stale-k8.qwen-s.s0"} <= probed
     assert {"probes", "figure_mechanism", "findings"} <= planned_rules(jobs)
 
@@ -126,7 +131,8 @@ def test_retraining_a_student_reruns_every_run_of_that_student_only(built_clone)
         c["experiments"]["toy"]["students"]["qwen-m"]["student_steps"] += 10
     edit_config(built_clone, change)
     jobs = planned(built_clone)
-    assert {w for r, w in jobs if r == "base_models"} == {"student=qwen-m"}
+    # its base models on every draw (the folder: the student for draw 0, <student>.d<draw> after)
+    assert {w for r, w in jobs if r == "base_models"} == {"base=qwen-m", "base=qwen-m.d1", "base=qwen-m.d2"}
     runs = planned_runs(jobs)
     assert runs and all(".qwen-m." in r for r in runs)
     assert {"bf16.qwen-m.s0", "fp8w.qwen-m.s0"} <= runs
