@@ -101,7 +101,7 @@ def main():
 
     heldout = store.read_table(ROOT / "results/toy/analysis/heldout.parquet")
     baseline = next(r["name"] for r in exp["rows"] if r.get("baseline"))
-    noise = cal.measure_noise(heldout, baseline)
+    noise = cal.measure_noise(heldout, baseline, n_draws=int(exp.get("base_draws", 1)))
     print(f"\n2. noise sizes, measured on results/toy (baseline {baseline}, final evaluation; logs)")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(noise.set_index("student").T.to_string(float_format=lambda x: f"{x:.4g}"))

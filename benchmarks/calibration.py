@@ -169,9 +169,9 @@ def main():
     # the noise sizes of the fixed design (the rows config.yaml writes), which the rule's replay and its
     # pre-registered one_seed_ratio are about; the bisected edges' rows are checked against that ratio below
     configured = {r["name"] for r in exp["rows"]}
-    noise = cal.measure_noise(heldout[heldout["config"].isin(configured)], baseline)
+    noise = cal.measure_noise(heldout[heldout["config"].isin(configured)], baseline, n_draws=int(exp.get("base_draws", 1)))
     edges = cal.measure_noise(heldout[heldout["config"].isin(configured) | heldout["config"].str.startswith(
-        tuple(f"{x['name']}-" for x in exp.get("edges", ())) or ("\0",))], baseline)
+        tuple(f"{x['name']}-" for x in exp.get("edges", ())) or ("\0",))], baseline, n_draws=int(exp.get("base_draws", 1)))
     stated = exp.get("sequential", {}).get("one_seed_ratio")
     if stated is not None:
         print(f"the toy's pre-registered one_seed_ratio {stated}; the largest row / baseline run SD ratio, fixed "

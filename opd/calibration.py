@@ -19,7 +19,8 @@ def _log_residuals(k):
     return lk - lk.mean(0) - lk.mean(1, keepdims=True) + lk.mean()
 
 
-def measure_noise(heldout: pd.DataFrame, baseline: str, *, shuffles: int = 200, seed: int = 0) -> pd.DataFrame:
+def measure_noise(heldout: pd.DataFrame, baseline: str, *, shuffles: int = 200, seed: int = 0,
+                  n_draws: int = 1) -> pd.DataFrame:
     """The noise sizes of each student's runs at their final evaluation, from the baseline's seeds and the
     other rows with two seeds or more. One row per student:
     - n_problems, n_seeds (the baseline's);
@@ -34,8 +35,12 @@ def measure_noise(heldout: pd.DataFrame, baseline: str, *, shuffles: int = 200, 
     - n_rows: rows with two seeds or more; their run_ratio_median / run_ratio_max (a row's sd_run_total
       over the baseline's), interaction_ratio_max (its sd_interaction over the baseline's), and
       sd_effect_median / sd_effect_max: the SD over problems of a row's true per-problem effect, log
-      (mean_s K_c / mean_s K_0) less what the interaction puts into it (0 if negative)."""
+      (mean_s K_c / mean_s K_0) less what the interaction puts into it (0 if negative).
+    With n_draws > 1 base-model draws, the runs of draw 0 only (run seed s on draw s % n_draws): the seeds'
+    noise on one base model, which is what the simulator's run and interaction terms model."""
     from scipy import stats as sps  # here, not at import: the DAG's plan (opd.plan) imports this module
+    if n_draws > 1:  # the OPD seeds' noise on one base model: draw 0's runs (run seed s on draw s % n_draws)
+        heldout = heldout[stats.draw_of(heldout["seed"].to_numpy(), n_draws) == 0]
     fin = stats.final_heldout(heldout)
     rng = np.random.default_rng(seed)
     out = []
