@@ -256,7 +256,8 @@ def set_sigma(sigma):
     return edit
 
 
-NOISE_15 = {f"noise-15.qwen-s.s{s}" for s in range(3)}
+NOISE_15 = {f"noise-15.{student}.s{s}" for student in next(r for r in C.load()["experiments"]["toy"]["rows"]
+                                                           if r["name"] == "noise-15")["students"] for s in range(3)}
 
 
 @pytest.mark.parametrize("case", ["specs committed without their runs", "run files with a future mtime"])
