@@ -32,7 +32,7 @@ BASE_SEEDS = 8  # the toy's baseline seeds
 # the candidates' noise against the baseline's: (seed effect x, interaction x) and the total run SD ratio
 # they make at qwen-s's sizes (printed); 4x is the noisiest row measured (run_ratio_max)
 NOISE = {"1x": (1.0, 1.0), "1.7x": (2.0, 1.5), "4x": (6.0, 2.0)}
-DRAW_SDS = (0.0, 0.02, 0.05, 0.1, 0.2)  # draw x configuration SDs of log(1 + Delta): not yet measured
+DRAW_SDS = (0.0, 0.02, 0.05, 0.1, 0.2)  # draw x configuration SDs of log(1 + Delta) (the toy's: analysis/noise.parquet sd_draw_config)
 
 
 def speed():
