@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from opd.rows import Row
-from opd.spec import Experiment, Run, Sequential, Settings, Student
+from opd.spec import Experiment, Run, Sequential, Settings, Student, draw_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -454,8 +454,8 @@ def draw_errors(row: Row, matrix: list[Row], e: dict) -> list[str]:
         next((x for x in matrix if x.baseline), None)
     if ref is None or ref.sequential:
         return []
-    have = {s % n for s in (ref.seeds or e["seeds"])}
-    missing = sorted({s % n for s in (row.seeds or e["seeds"])} - have)
+    have = {draw_of(s, n) for s in (ref.seeds or e["seeds"])}
+    missing = sorted({draw_of(s, n) for s in (row.seeds or e["seeds"])} - have)
     if not missing:
         return []
     return [f"its seeds run on base-model draw(s) {missing} (seed % base_draws = {n}), where its reference "
