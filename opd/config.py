@@ -427,7 +427,7 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
                                      e.get("base_draws", 1))
         if problem:
             errors.append(f"{where}: against the baseline {base.name!r}: {problem} (field "
-                          f"{'sequential.start_seeds' if seq else 'seeds'})")
+                          f"{'sequential.start_seeds' if seq else 'seeds'!r})")
         for st in x["students"]:
             if st not in e["students"]:
                 errors.append(f"{where}, field 'students': unknown student {st!r}; known: {sorted(e['students'])}")
