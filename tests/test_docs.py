@@ -145,7 +145,7 @@ def test_every_config_field_is_described():
         assert f in paths
 
 
-SCHEMA_KEYWORDS = {"type", "description", "enum", "minimum", "exclusiveMinimum", "exclusiveMaximum", "items",
+SCHEMA_KEYWORDS = {"type", "description", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items",
                    "minItems", "maxItems", "uniqueItems", "properties", "required", "additionalProperties", "$ref",
                    "oneOf", "const", "pattern", "maxLength", "minProperties", "propertyNames", "$schema", "$defs"}
 
