@@ -52,6 +52,12 @@ def admission_rows(m: Matrix) -> bool:
     return m.has(lambda r: r.in_budget and not r.baseline and not r.staleness)
 
 
+def predictor_rows(m: Matrix) -> bool:
+    """Admission candidates on the tiny backend, whose step-0 statistics rule predictor_stats measures (refused on
+    verl: opd.dag.predictor_spec)."""
+    return m.backend == "tiny" and admission_rows(m)
+
+
 def guarded_rows(m: Matrix) -> bool:
     """Rows with a mismatch guard (opd.guard)."""
     return m.has(lambda r: r.guard is not None)
@@ -101,11 +107,14 @@ class Output:
     needs: Needs
     about: str
     category: str  # the report's category, one of CATEGORIES
+    # analysis files it also shows where the experiment has them (and, for `snakemake figures`, their measurements
+    # exist): other rules' files (OTHER_ANALYSIS_FILES) that a backend or a matrix may lack
+    optional: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.category not in CATEGORIES:
             raise ValueError(f"output {self.rule}: category {self.category!r} is not one of {CATEGORIES}")
-        unknown = [i for i in self.inputs if i not in (*ANALYSIS_TABLES, *OTHER_ANALYSIS_FILES)]
+        unknown = [i for i in (*self.inputs, *self.optional) if i not in (*ANALYSIS_TABLES, *OTHER_ANALYSIS_FILES)]
         if unknown:
             raise ValueError(f"output {self.rule}: inputs {unknown} are not analysis files (opd.outputs.ANALYSIS_TABLES)")
 
@@ -141,7 +150,9 @@ OUTPUTS: tuple[Output, ...] = (
     Output("budget", "figure", ("verdicts", "budget", "rows"), engine_rows,
            "quality change Delta against run mismatch D, the fail line and the budget", BUDGET),
     Output("admission", "figure", ("admission", "admission_summary.json"), admission_rows,
-           "offline estimate D_hat against the training runs' D, with the admission line", ADMISSION),
+           "offline estimate D_hat against the training runs' D, with the admission line; beside it the fitted "
+           "rule's statistic against Delta, where the step-0 statistics exist", ADMISSION,
+           optional=("predictor_stats", "predictors")),
     Output("kv_attribution", "figure", ("kv_attribution",), lambda m: m.has(lambda r: r.kv_cache != "none"),
            "per-layer attribution of the FP8 KV cache's offline mismatch", KV_CACHE),
     Output("async_throughput", "figure", ("async_throughput",), lambda m: m.has(lambda r: r.staleness > 0),
@@ -161,7 +172,7 @@ OUTPUTS: tuple[Output, ...] = (
            "staleness against the learning rate", BUDGET),
     Output("edges", "figure", ("edges",), lambda m: bool(m.edges),
            "the bisected budget edges: each value tried, in order, and the bracket narrowing", BUDGET),
-    Output("predictors", "figure", ("predictor_stats", "predictors"), lambda m: m.backend == "tiny" and admission_rows(m),
+    Output("predictors", "figure", ("predictor_stats", "predictors"), predictor_rows,
            "which offline statistic at the step-0 student predicts training: held-out agreement and rank correlation",
            ADMISSION),
     Output("guard", "figure", ("guard", "steps"), guarded_rows,
@@ -171,7 +182,8 @@ OUTPUTS: tuple[Output, ...] = (
            BUDGET),
     Output("budget", "table", ("budget",), engine_rows, "the budget at each tau, under both rules", BUDGET),
     Output("admission", "table", ("admission", "admission_summary.json"), admission_rows,
-           "the admission record", ADMISSION),
+           "the admission record, the paper's rule and (where the step-0 statistics exist) the fitted rule",
+           ADMISSION, optional=("predictor_stats", "predictors")),
     Output("time_to_kl", "table", ("time_to_kl",), _always, "steps and time to reach a held-out KL", INFRA),
     Output("variants", "table", ("verdicts", "rows"), lambda m: m.has(lambda r: r.variant != "none"),
            "OPD update variants under the same engine", BUDGET),

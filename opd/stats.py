@@ -916,8 +916,10 @@ def predictor_record(table: pd.DataFrame, statistics, *, outcome: str = "outcome
     the other candidates, pooled over students) agrees with training, and Spearman's rho of the statistic with
     Delta (pooled for `row`, on the held-out student for each `student` fold), with n. `selected` is the nested
     choice: in each fold the statistic with the best training-fold agreement, then its threshold, so its accuracy
-    is not flattered by picking the best statistic on the same candidates. Rows per split over all students
-    (`student` = "all") and, for split `student`, per held-out student."""
+    is not flattered by picking the best statistic on the same candidates; its `chosen` says which statistics the
+    folds chose, with counts. Rows per split over all students (`student` = "all") and, for split `student`, per
+    held-out student. Split `all` holds one row, the fitted rule (fitted_rule: `chosen`, `sign`, `threshold`) scored
+    in sample on every candidate it could be fitted on."""
     t = table[table[outcome].isin(["pass", "fail"])].reset_index(drop=True)
     y, students = (t[outcome] == "pass").to_numpy(), t["student"].to_numpy()
     folds = {"row": np.arange(len(t)), "student": students}
@@ -930,19 +932,9 @@ def predictor_record(table: pd.DataFrame, statistics, *, outcome: str = "outcome
             if ok.sum() >= 2 and len(np.unique(f[ok])) >= 2:
                 p[ok] = held_out_admits(x[ok], y[ok], f[ok])
             preds[stat, split] = p
+    chosen = {}
     for split, f in folds.items():  # nested: the statistic is chosen inside each fold
-        p = np.full(len(t), np.nan)
-        for g in np.unique(f):
-            tr, te = f != g, f == g
-            if not tr.any():
-                continue
-            best = max(statistics, key=lambda s: (_fold_accuracy(t[s], y, tr), -list(statistics).index(s)))
-            x = pd.to_numeric(t[best], errors="coerce").to_numpy(dtype=float)
-            fit = tr & np.isfinite(x)
-            if fit.sum() < 2:
-                continue
-            p[te] = np.where(np.isfinite(x[te]), fit_threshold(x[fit], y[fit]).admits(x[te]), np.nan)
-        preds["selected", split] = p
+        preds["selected", split], chosen[split] = nested_choice(t, statistics, y, f)
     d = pd.to_numeric(t[delta], errors="coerce").to_numpy(dtype=float)
     for (stat, split), p in preds.items():
         x = pd.to_numeric(t[stat], errors="coerce").to_numpy(dtype=float) if stat != "selected" else None
@@ -959,8 +951,93 @@ def predictor_record(table: pd.DataFrame, statistics, *, outcome: str = "outcome
             rows.append({"statistic": stat, "split": split, "student": who, "n": int(k.sum()),
                          "n_agree": int((p[k].astype(bool) == y[k]).sum()),
                          "accuracy": float((p[k].astype(bool) == y[k]).mean()) if k.any() else float("nan"),
-                         "spearman": rho, "n_pass": int(y[k].sum())})
+                         "spearman": rho, "n_pass": int(y[k].sum()),
+                         "chosen": _choices(chosen[split][m & np.isfinite(p)]) if stat == "selected" else stat})
+    rule = fitted_rule(t, statistics, y)  # split `all`: the rule fitted on every candidate, scored on them (in sample)
+    if rule is not None:
+        stat, th, agree = rule
+        rows.append({"statistic": "selected", "split": "all", "student": "all", "n": len(agree),
+                     "n_agree": int(agree.sum()), "accuracy": float(agree.mean()), "spearman": float("nan"),
+                     "n_pass": int(y[np.isfinite(pd.to_numeric(t[stat], errors="coerce").to_numpy(dtype=float))].sum()),
+                     "chosen": stat, "sign": th.sign, "threshold": th.t})
     return pd.DataFrame(rows)
+
+
+def nested_choice(t: pd.DataFrame, statistics, passed, folds) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's held-out decision (1.0 admit, 0.0 reject, NaN where its statistic is missing) by the nested
+    choice: in every fold (`folds`, one label per candidate) the statistic with the best agreement on the other
+    folds' candidates (ties to the earlier in `statistics`), then its threshold fitted there (fit_threshold). Returns
+    the decisions and the statistic each candidate's fold chose ("" where none could be fitted)."""
+    y, f = np.asarray(passed, dtype=bool), np.asarray(folds)
+    p, chosen = np.full(len(t), np.nan), np.full(len(t), "", dtype=object)
+    for g in np.unique(f):
+        tr, te = f != g, f == g
+        if not tr.any():
+            continue
+        best = max(statistics, key=lambda s: (_fold_accuracy(t[s], y, tr), -list(statistics).index(s)))
+        x = pd.to_numeric(t[best], errors="coerce").to_numpy(dtype=float)
+        fit = tr & np.isfinite(x)
+        if fit.sum() < 2:
+            continue
+        p[te] = np.where(np.isfinite(x[te]), fit_threshold(x[fit], y[fit]).admits(x[te]), np.nan)
+        chosen[te] = best
+    return p, chosen
+
+
+def fitted_rule(t: pd.DataFrame, statistics, passed):
+    """The second admission rule, as a user would apply it to a new engine: the statistic whose threshold agrees
+    best with training over every candidate (ties to the earlier in `statistics`) and that threshold. Returns
+    (statistic, Threshold, agreement per candidate with the statistic), or None with fewer than two such
+    candidates. Its agreement is in sample; nested_choice's leave-one-out decisions are the honest estimate."""
+    y = np.asarray(passed, dtype=bool)
+    every = np.ones(len(t), dtype=bool)
+    best = max(statistics, key=lambda s: (_fold_accuracy(t[s], y, every), -list(statistics).index(s)))
+    x = pd.to_numeric(t[best], errors="coerce").to_numpy(dtype=float)
+    ok = np.isfinite(x)
+    if ok.sum() < 2:
+        return None
+    th = fit_threshold(x[ok], y[ok])
+    return best, th, th.admits(x[ok]) == y[ok]
+
+
+class FittedRule(NamedTuple):
+    """The second admission rule's record (analysis/predictors.parquet, read by fitted_rule_of): admit iff
+    sign * statistic <= threshold, fitted on `n` candidates and agreeing with training on `n_agree` of them (in
+    sample); held out (nested_choice, leaving one candidate out) it agrees on `n_agree_held_out` of `n_held_out`."""
+    statistic: str
+    sign: int
+    threshold: float
+    n: int
+    n_agree: int
+    n_held_out: int
+    n_agree_held_out: int
+
+    @property
+    def cut(self) -> str:
+        """The admitted side of the cut: "≤ 1.41"."""
+        return f"{'≤' if self.sign > 0 else '≥'} {self.sign * self.threshold:.3g}"
+
+    @property
+    def label(self) -> str:
+        """The rule in words: "persistent T / U (param) ≤ 1.41"."""
+        return f"{PREDICTORS.get(self.statistic, self.statistic)} {self.cut}"
+
+
+def fitted_rule_of(record: pd.DataFrame) -> FittedRule | None:
+    """The fitted rule in a predictor record (predictor_record's split `all` and its `row` nested choice), or None
+    where it has none."""
+    r = record[(record["statistic"] == "selected") & (record["student"] == "all")].set_index("split")
+    if "all" not in r.index or "row" not in r.index:
+        return None
+    a, h = r.loc["all"], r.loc["row"]
+    return FittedRule(str(a["chosen"]), int(a["sign"]), float(a["threshold"]), int(a["n"]), int(a["n_agree"]),
+                      int(h["n"]), int(h["n_agree"]))
+
+
+def _choices(chosen) -> str:
+    """The statistics a nested choice's folds chose, most often first, with counts: "kl_qp (50), tv (4)"."""
+    names, counts = np.unique([c for c in chosen if c], return_counts=True)
+    return ", ".join(f"{n} ({c})" for c, n in sorted(zip(counts, names), key=lambda z: (-z[0], z[1])))
 
 
 def _fold_accuracy(col, y, train) -> float:

@@ -42,6 +42,11 @@ def admission_target(experiment: str, row: str, student: str) -> str:
     return f"results/{experiment}/admission/{row}.{student}.parquet"
 
 
+def predictor_target(experiment: str, row: str, student: str) -> str:
+    """One row's offline statistics at the step-0 student (tiny backend): no training, seconds."""
+    return f"results/{experiment}/predictors/{row}.{student}.parquet"
+
+
 def command(target: str) -> str:
     return f"snakemake -c 2 {target}"
 
@@ -141,6 +146,25 @@ class AdmissionDecision:
 
 
 @dataclass(frozen=True)
+class FittedDecision:
+    """The fitted admission rule (beyond the paper; opd.stats.fitted_rule_of) applied to one candidate: the rule
+    fitted on every candidate with an outcome, and, where this candidate is one of them, its held-out decision (the
+    rule chosen and fitted without it), which is the one its agreement with training counts."""
+    rule: stats.FittedRule
+    value: float
+    admit: bool
+    held_out: bool | None
+    source: str  # "analysis" or the statistics' own file, not yet read by the analysis
+
+    def text(self) -> str:
+        own = ("" if self.held_out is None else
+               f"; fitted without this candidate: {'admit' if self.held_out else 'reject'}")
+        return (f"{stats.PREDICTORS.get(self.rule.statistic, self.rule.statistic)} = {_g(self.value)}, admitted iff "
+                f"{self.rule.cut}: {'admit' if self.admit else 'reject'}{own} (the rule agrees with training on "
+                f"{self.rule.n_agree_held_out} of {self.rule.n_held_out} candidates held out)")
+
+
+@dataclass(frozen=True)
 class StudentVerdict:
     row: str
     student: str
@@ -153,6 +177,7 @@ class StudentVerdict:
     in_budget: bool
     not_in_budget_why: str | None
     admission: AdmissionDecision | None
+    fitted: FittedDecision | None  # the fitted admission rule's decision (tiny backend, beyond the paper)
     rl: str | None  # an RL row's collapse verdict: "collapsed (criteria)" or "did not collapse"
     rl_accuracy_change: float | None  # its held-out accuracy against the same algorithm on the standard engine
     missing: tuple[str, ...]
@@ -288,6 +313,11 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
             else:
                 missing.append(f"admission check not run: `{command(admission_target(exp.name, row.name, student))}` "
                                f"(no training)")
+    fitted = fitted_decision(a, row, student) if is_admission_candidate(row) else None
+    if fitted is None and is_admission_candidate(row) and a.table("predictors") is not None \
+            and not Path(predictor_target(exp.name, row.name, student)).exists():
+        missing.append(f"step-0 statistics not measured (the fitted rule's input): "
+                       f"`{command(predictor_target(exp.name, row.name, student))}` (no training)")
     rl_text = None
     if rl is not None:
         rl_text = f"collapsed ({rl['collapse_criteria']})" if rl["collapsed"] else "did not collapse"
@@ -297,8 +327,30 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
         float(v["delta"]) if v is not None else None,
         int(v["n_runs"]) if v is not None else None,
         int(v["n_runs_reference"]) if v is not None and "n_runs_reference" in v else None,
-        tuple(rules), row.in_budget, not_in_budget(row), adm, rl_text,
+        tuple(rules), row.in_budget, not_in_budget(row), adm, fitted, rl_text,
         float(rl["accuracy_change"]) if rl is not None else None, tuple(missing))
+
+
+def fitted_decision(a: Analysis, row: Row, student: str) -> FittedDecision | None:
+    """The fitted rule's decision on one candidate, from the predictors stage's record (None where it has not run:
+    verl, or too few candidates) and the candidate's step-0 statistics (the analysis's, else its own file)."""
+    record = a.table("predictors")
+    rule = stats.fitted_rule_of(record) if record is not None else None
+    if rule is None:
+        return None
+    rec, source = a.one("predictor_stats", student=student, config=row.name), "analysis"
+    if rec is None:
+        f = Path(predictor_target(a.exp.name, row.name, student))
+        if not f.exists():
+            return None
+        rec, source = store.read_table(f).iloc[0].to_dict(), str(f)
+    value = float(rec.get(rule.statistic, float("nan")))
+    if not math.isfinite(value):
+        return None
+    held = rec.get("fitted_admit") if rec.get("fitted_statistic") and isinstance(rec.get("outcome"), str) \
+        and rec["outcome"] in ("pass", "fail") else None
+    return FittedDecision(rule, value, bool(stats.Threshold(rule.sign, rule.threshold).admits(value)),
+                          None if held is None or not math.isfinite(held) else bool(held), source)
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
@@ -350,6 +402,9 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
         lines.append(f"  admission: {sv.admission.text()}{src}")
     elif is_admission_candidate(find_row(exp, sv.row)) is False and sv.rl is None:
         lines.append("  admission: not checked for this row (the check runs on budget rows without staleness)")
+    if sv.fitted is not None:
+        src = "" if sv.fitted.source == "analysis" else f" (from {sv.fitted.source}; not in the analysis yet)"
+        lines.append(f"  fitted rule (beyond the paper): {sv.fitted.text()}{src}")
     lines += [f"  missing: {m}" for m in sv.missing] or ["  missing: nothing"]
     return "\n".join(lines)
 

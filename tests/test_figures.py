@@ -181,13 +181,15 @@ PARAMS = SimpleNamespace(experiment="t", tau=0.2, baseline="bf16", primary="m", 
 
 
 def inputs(analysis, names):
-    return Files([str(analysis / (n if n.endswith(".json") else f"{n}.parquet")) for n in names])
+    """By name and in order, as common.smk's output_inputs hands them to a script."""
+    return Files(**{O.analysis_key(n): str(analysis / O.analysis_file(n)) for n in names})
 
 
-def render(analysis, out_dir: Path, o: O.Output) -> Files:
-    """One output through its script, as its rule runs it (opd/outputs.py's table)."""
+def render(analysis, out_dir: Path, o: O.Output, optional: bool = True) -> Files:
+    """One output through its script, as its rule runs it (opd/outputs.py's table), with its optional inputs (a tiny
+    experiment's) or without them (a verl experiment's)."""
     out = Files(**{ext: str(out_dir / f"{o.name}.{ext}") for ext in o.extensions})
-    load(o.rule).main(inputs(analysis, o.inputs), out, PARAMS)
+    load(o.rule).main(inputs(analysis, o.inputs + (o.optional if optional else ())), out, PARAMS)
     return out
 
 
@@ -197,7 +199,7 @@ def test_figure_renders_pdf_and_png_with_input_hashes(analysis, tmp_path, o):
     assert Path(out.pdf).read_bytes()[:4] == b"%PDF"
     assert Path(out.png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     side = json.loads((tmp_path / f"{o.name}.inputs.json").read_text())
-    assert side["inputs"] == {p: provenance.sha256_file(p) for p in inputs(analysis, o.inputs)}
+    assert side["inputs"] == {p: provenance.sha256_file(p) for p in inputs(analysis, o.inputs + o.optional)}
 
 
 @pytest.mark.parametrize("o", [o for o in O.OUTPUTS if o.kind == "table"], ids=lambda o: o.name)
@@ -208,6 +210,21 @@ def test_table_renders_markdown_and_latex(analysis, tmp_path, o):
     assert r"\begin{tabular}" in tex and r"\bottomrule" in tex
     page = Path(out.html).read_text()  # what `snakemake --report` shows: the same rows
     assert page.count("<tr>") - 1 == sum(ln.startswith("|") for ln in md.splitlines()) - 2
+
+
+def test_the_admission_record_shows_the_fitted_rule_beside_the_papers_where_its_statistics_exist(analysis, tmp_path):
+    """tiny: the admission table gives each candidate's held-out decision by the fitted rule, and its notes the rule
+    and both agreements; without the step-0 statistics (verl) the table and figure are the paper's alone."""
+    rule = stats.fitted_rule_of(store.read_table(analysis / "predictors.parquet"))
+    step0 = store.read_table(analysis / "predictor_stats.parquet")
+    assert rule is not None and rule.n_agree_held_out == int((step0["fitted_agrees"] == 1.0).sum())
+    table, figure = (next(o for o in O.OUTPUTS if o.rule == r) for r in ("table_admission", "figure_admission"))
+    for kind, optional in (("tiny", True), ("verl", False)):
+        (tmp_path / kind).mkdir()
+        md = Path(render(analysis, tmp_path / kind, table, optional).md).read_text()
+        render(analysis, tmp_path / kind, figure, optional)
+        assert ("admit (fitted, held out)" in md) == optional and "admit (paper)" in md
+        assert (f"admit iff {rule.label}" in md and f"on {rule.n_agree_held_out} of {rule.n_held_out}" in md) == optional
 
 
 def test_every_script_is_in_the_output_table():
@@ -424,6 +441,13 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     assert "**agrees**" in variants and "(helps)" not in variants
     assert "**agrees**" in lines["The first layer carries the FP8 KV cache's mismatch."]  # layer 0 is 90% there
     assert f"{adm['n_agree']} of {adm['n_decisions']} decisions match" in lines["The admission check predicts training."]
+    assert "fitted rule" not in lines["The admission check predicts training."]  # no predictors stage: the paper's only
+    rule = stats.fitted_rule_of(store.read_table(analysis / "predictors.parquet"))
+    text = mod.findings(t["verdicts"], t["budget"], t["noise"], t["null_deltas"], t["staleness_lr"], t["heldout"],
+                        t["rows"], adm, t["rl"], 0.2, "bf16", "m", edge=t["edge"], decides=t["decides"],
+                        predictors=store.read_table(analysis / "predictors.parquet"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("- **The admission check predicts training.**"))
+    assert f"the fitted rule (beyond the paper: admit iff {rule.label}) matches {rule.n_agree_held_out} of" in line
     # TIS made to help: its seed-aware interval wholly below the plain engine's
     v = t["verdicts"].copy()
     n3 = v.index[v["config"] == "n3"][0]

@@ -530,6 +530,30 @@ def test_held_out_agreement_is_chance_for_noise_and_the_nested_choice_is_not_fla
     assert rec.loc[("selected", "student"), "accuracy"] == 1.0 and rec.loc[("good", "row"), "spearman"] > 0.6
 
 
+def test_the_fitted_rule_decides_a_candidate_without_seeing_its_outcome():
+    """The second admission rule's held-out decision of a candidate (nested_choice, leaving it out) cannot depend on
+    that candidate's own training outcome; the rule fitted on every candidate (fitted_rule) is the nested choice's
+    statistic where that is unanimous, scored in sample, and the record carries both (fitted_rule_of)."""
+    rng = np.random.default_rng(3)
+    n = 30
+    y = rng.random(n) < 0.6
+    t = pd.DataFrame({"student": np.repeat(["a", "b", "c"], n // 3), "outcome": np.where(y, "pass", "fail"),
+                      "delta": rng.normal(0.2, 0.1, n), "good": np.where(y, 1.0, 2.0) + rng.normal(0, 0.4, n),
+                      "noise": rng.normal(size=n)})
+    p, chosen = stats.nested_choice(t, ["noise", "good"], y, np.arange(n))
+    for i in range(0, n, 3):
+        flipped = y.copy()
+        flipped[i] = ~flipped[i]
+        q, _ = stats.nested_choice(t, ["noise", "good"], flipped, np.arange(n))
+        assert q[i] == p[i]
+    stat, th, agree = stats.fitted_rule(t, ["noise", "good"], y)
+    assert stat == "good" and set(chosen) == {"good"} and th.sign == 1
+    assert agree.sum() == (th.admits(t["good"]) == y).sum() >= ((p == 1.0) == y).sum()
+    rule = stats.fitted_rule_of(stats.predictor_record(t, ["noise", "good"]))
+    assert (rule.statistic, rule.threshold, rule.n, rule.n_agree) == ("good", th.t, n, int(agree.sum()))
+    assert rule.n_agree_held_out == int(((p == 1.0) == y).sum()) and rule.label.startswith("good ≤ ")
+
+
 def test_a_candidate_without_an_outcome_or_a_statistic_is_left_out_and_counted():
     t = pd.DataFrame({"student": ["a"] * 4 + ["b"] * 4, "outcome": ["pass", "fail", None, "pass"] * 2,
                       "delta": np.arange(8.0), "s": [0.1, 0.9, 0.5, np.nan, 0.2, 0.8, 0.4, 0.3]})

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, make_clone, planned, planned_runs
-from opd import cli, config as C, verdict as V
+from opd import cli, config as C, stats, verdict as V
 
 matplotlib.use("Agg")
 ANALYSIS = ROOT / "results/toy/analysis"
@@ -53,6 +53,11 @@ def test_verdict_on_the_committed_results(row):
         adm = a[(a.student == s) & (a.config == row)].iloc[0]
         assert f"D̂ = {adm.d_hat:.3g} ± {adm.se:.3g} (16 prompts)" in block
         assert (": admit " if adm.admit else ": reject ") in block
+        step0 = pd.read_parquet(ANALYSIS / "predictor_stats.parquet").set_index(["student", "config"]).loc[(s, row)]
+        rule = stats.fitted_rule_of(pd.read_parquet(ANALYSIS / "predictors.parquet"))
+        line = next(ln for ln in block.splitlines() if ln.startswith("  fitted rule (beyond the paper): "))
+        assert f"= {step0[rule.statistic]:.3g}, admitted iff {rule.cut}: " in line
+        assert f"fitted without this candidate: {'admit' if step0.fitted_admit == 1 else 'reject'}" in line
         assert "missing: nothing" in block
 
 
@@ -78,13 +83,15 @@ def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
     assert r.returncode == 0, r.stderr
     targets = re.findall(r"`snakemake -c 2 (\S+)`", r.stdout)
     assert "training not run yet (3 of 3 runs: nvfp4-kv-l0.qwen-s.s0, nvfp4-kv-l0.qwen-s.s1, " in r.stdout
-    assert targets == ["results/toy/analysis/verdicts.parquet", "results/toy/admission/nvfp4-kv-l0.qwen-s.parquet"]
+    assert targets == ["results/toy/analysis/verdicts.parquet", "results/toy/admission/nvfp4-kv-l0.qwen-s.parquet",
+                       "results/toy/predictors/nvfp4-kv-l0.qwen-s.parquet"]
     assert "admission check not run" in r.stdout and "D =" not in r.stdout
     clone = make_clone(tmp_path / "clone")
     (clone / "config.yaml").write_text(path.read_text())
     assert planned_runs(planned(clone, "-c", "2", targets[0])) == {f"nvfp4-kv-l0.qwen-s.s{i}" for i in range(3)}
     jobs = planned(clone, "-c", "2", targets[1])
     assert jobs == [("admission", "row=nvfp4-kv-l0, student=qwen-s")]
+    assert planned(clone, "-c", "2", targets[2]) == [("predictor_stats", "row=nvfp4-kv-l0, student=qwen-s")]
 
 
 def test_verdict_refuses_unknown_rows_and_students():

@@ -205,6 +205,14 @@ def scoped_admission():
     return scoped_files(ADMISSION)
 
 
+def output_inputs(o):
+    """An output's analysis files by name (opd.outputs.analysis_key): its inputs, then those of its optional ones
+    that are measurements this experiment makes and, for `snakemake figures`, has."""
+    s = scope()
+    names = [*o.inputs, *(i for i in o.optional if MEASURED.get(i) and s.all_in(MEASURED[i]))]
+    return {O.analysis_key(i): ANALYSIS_FILES[i] for i in names}
+
+
 def scoped_final(w=None):
     """The inputs of the figures target - the final outputs the results that exist can make (all for every other
     target)."""

@@ -15,7 +15,7 @@ for o in OUTPUTS:
         name:
             o.rule
         input:
-            [ANALYSIS_FILES[i] for i in o.inputs],
+            unpack(lambda w, o=o: output_inputs(o)),
         output:
             **reported(output_paths(o), o.shown, o.rule, o.category, o.kind),
         log:

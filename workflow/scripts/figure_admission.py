@@ -1,16 +1,14 @@
 """Paper Fig. 4: the offline estimate D_hat (± its bootstrap standard error over prompts) against the
-in-training D, and the admission line."""
+in-training D, and the admission line. Where the step-0 statistics exist (tiny backend: rule predictors), a second
+panel: the fitted rule's statistic against Delta, with its cut, each candidate marked by its held-out decision."""
 import json
 
 import numpy as np
 
-from opd import plotmath, report, scripts, store
+from opd import plotmath, report, scripts, stats, store
 
 
-def main(inp, out, params):
-    rec = store.read_table(inp[0]).dropna(subset=["D"])
-    summary = json.loads(open(inp[1]).read())
-    fig, ax = report.figure(height=2.5)
+def paper_panel(ax, rec, summary) -> None:
     alpha, L = rec["alpha"].iloc[0], rec["L"].iloc[0]
     lim = max(1e-3, float(np.nanmax(np.abs(rec[["d_hat", "D"]].to_numpy()))) * 2)
     x = np.geomspace(1e-4, lim, 50)
@@ -32,10 +30,49 @@ def main(inp, out, params):
     ax.set_yscale(plotmath.SYMLOG, linthresh=1e-3, linscale=0.5)
     ax.set_xlabel("offline estimate D̂ ± SE (nats/token)")
     ax.set_ylabel("in-training D (nats/token)")
-    ax.set_title(f"{summary['n_agree']}/{summary['n_decisions']} candidate decisions match training "
+    ax.set_title(f"The paper's rule: {summary['n_agree']}/{summary['n_decisions']} candidate decisions match training\n"
                  f"(admit everything: {summary['n_admit_all_agree']}/{summary['n_decisions']}); "
                  f"implied α = {summary['alpha_implied']:.2f}", fontsize=6)
-    ax.legend(frameon=False, loc="upper left")
+    report.panel_legend(ax, loc="upper left")
+
+
+def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float) -> None:
+    """The fitted rule's statistic (x) against Delta (y) for every candidate with an outcome: colour the training
+    outcome, marker the held-out decision (o admitted, s rejected), the cut as a vertical line."""
+    t = step0[step0["outcome"].isin(["pass", "fail"])]
+    x = t[rule.statistic].to_numpy(dtype=float)
+    for outcome, color in (("pass", report.PASS_COLOR), ("fail", report.FAIL_COLOR)):
+        for admitted, marker in ((1.0, "o"), (0.0, "s")):
+            m = ((t["outcome"] == outcome) & (t["fitted_admit"] == admitted)).to_numpy()
+            if m.any():
+                ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker=marker, s=11, color=color,
+                           zorder=3, label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'} (held out)")
+    ax.axvline(rule.sign * rule.threshold, color=report.NEUTRAL, ls="--", lw=0.7, label=f"admit iff {rule.label}")
+    ax.axhline(100 * tau, color="#bbbbbb", lw=0.6, ls=":", label=f"τ = {tau:.0%}")
+    if (x[np.isfinite(x)] > 0).all():
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale(plotmath.SYMLOG, linthresh=1e-2, linscale=0.5)
+    report.delta_axis(ax, 100 * t["delta"].to_numpy(dtype=float))
+    ax.set_xlabel(f"{stats.PREDICTORS.get(rule.statistic, rule.statistic)} at the step-0 student")
+    ax.set_ylabel("Δ, paper's estimate (%)")
+    ax.set_title(f"A fitted rule (beyond the paper): {rule.n_agree_held_out}/{rule.n_held_out} decisions match "
+                 f"training\nheld out (each fitted without its candidate); {rule.n_agree}/{rule.n} in sample",
+                 fontsize=6)
+    report.panel_legend(ax, loc="upper left")
+
+
+def main(inp, out, params):
+    rec = store.read_table(inp.admission).dropna(subset=["D"])
+    summary = json.loads(open(inp.admission_summary).read())
+    rule = stats.fitted_rule_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else None
+    if rule is None:
+        fig, ax = report.figure(height=2.5)
+        paper_panel(ax, rec, summary)
+    else:
+        fig, (a1, a2) = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=2)
+        paper_panel(a1, rec, summary)
+        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau)
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

@@ -2,6 +2,7 @@
 its admission estimate (D_hat, SE, the paper's decision) and its training outcome (the paper's verdict, as the
 admission record judges) and Delta; then each statistic's held-out agreement with training and rank correlation with
 Delta (opd.stats.predictor_record), with the paper's fixed rule and "admit every candidate" as split `fixed`."""
+import numpy as np
 import pandas as pd
 
 from opd import derived, scripts, stats, store
@@ -29,10 +30,34 @@ def fixed_rules(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def with_fitted_rule(t: pd.DataFrame, statistics) -> pd.DataFrame:
+    """`t` with the second admission rule's decision per candidate (opd.stats.fitted_rule, beside the paper's):
+    `fitted_admit` held out (for a candidate with a training outcome, the nested choice fitted on every other such
+    candidate, opd.stats.nested_choice; for one without, the rule fitted on all, as for a new engine; NaN where the
+    statistic is missing), the statistic that decided it (`fitted_statistic`) and whether it matches training
+    (`fitted_agrees`, NaN without an outcome)."""
+    t = t.copy()
+    decided = t["outcome"].isin(["pass", "fail"]).to_numpy()
+    passed = (t["outcome"] == "pass").to_numpy()
+    admit, chosen = np.full(len(t), np.nan), np.full(len(t), "", dtype=object)
+    d = t[decided].reset_index(drop=True)
+    admit[decided], chosen[decided] = stats.nested_choice(d, statistics, passed[decided], np.arange(len(d)))
+    rule = stats.fitted_rule(d, statistics, passed[decided]) if len(d) else None
+    if rule is not None and (~decided).any():
+        x = pd.to_numeric(t.loc[~decided, rule[0]], errors="coerce").to_numpy(dtype=float)
+        admit[~decided] = np.where(np.isfinite(x), rule[1].admits(x), np.nan)
+        chosen[~decided] = rule[0]
+    t["fitted_admit"], t["fitted_statistic"] = admit, chosen
+    t["fitted_agrees"] = np.where(decided & np.isfinite(admit), (admit == 1.0) == passed, np.nan)
+    return t
+
+
 def main(inp, out, params):
     step0 = pd.concat([store.read_table(f) for f in inp.stats], ignore_index=True)
-    t = candidates(step0, store.read_table(inp.admission), store.read_table(inp.verdicts))
-    record = pd.concat([fixed_rules(t), stats.predictor_record(t, list(stats.PREDICTORS))], ignore_index=True)
+    statistics = list(stats.PREDICTORS)
+    t = with_fitted_rule(candidates(step0, store.read_table(inp.admission), store.read_table(inp.verdicts)),
+                         statistics)
+    record = pd.concat([fixed_rules(t), stats.predictor_record(t, statistics)], ignore_index=True)
     derived.write_table(t, out.table)
     derived.write_table(record, out.record)
 

@@ -1,26 +1,54 @@
 """Paper Table 7: the admission record: offline decision (D_hat ± its bootstrap SE over prompts) against
-training outcome; the standard engine is listed but is not a decision."""
+training outcome; the standard engine is listed but is not a decision. Where the step-0 statistics exist (tiny
+backend: rule predictors), a second rule beside the paper's: the fitted rule's held-out decision per candidate."""
 import json
 
-from opd import report, scripts, store
+import pandas as pd
+
+from opd import report, scripts, stats, store
+
+
+def with_fitted(rec: pd.DataFrame, step0: pd.DataFrame) -> pd.DataFrame:
+    """The admission record with the fitted rule's held-out decision and its agreement per candidate (predictors
+    stage: workflow/scripts/predictors.py); the standard engine gets none."""
+    f = step0[["student", "config", "fitted_admit", "fitted_agrees"]]
+    return rec.merge(f, on=["student", "config"], how="left").assign(
+        fitted_admit=lambda t: t["fitted_admit"].map({1.0: True, 0.0: False}),
+        fitted_agrees=lambda t: t["fitted_agrees"].map({1.0: True, 0.0: False}))
+
+
+def fitted_note(rule: stats.FittedRule) -> str:
+    return (f" Fitted rule (beyond the paper; tiny backend): admit iff {rule.label}, the statistic and its cut "
+            f"chosen for the most agreement over every candidate with an outcome ({rule.n_agree} of {rule.n} in "
+            f"sample). Its column is each candidate's held-out decision: the statistic chosen and cut fitted without "
+            f"that candidate, which agrees with training on {rule.n_agree_held_out} of {rule.n_held_out} "
+            f"({rule.n_agree_held_out / rule.n_held_out:.0%}).")
 
 
 def main(inp, out, params):
-    rec = store.read_table(inp[0])
-    s = json.loads(open(inp[1]).read())
+    rec = store.read_table(inp.admission)
+    s = json.loads(open(inp.admission_summary).read())
+    rule = stats.fitted_rule_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else None
     t = rec.assign(engine=rec["candidate"].map({True: "candidate", False: "standard (not a decision)"}))
-    t = t[["student", "config", "engine", "d_hat", "se", "n_prompts", "n_sequences", "admit", "D", "ratio", "outcome",
-           "agrees"]].rename(columns={"d_hat": "offline D̂", "se": "SE of D̂", "n_prompts": "prompts",
-                                      "n_sequences": "sequences", "D": "in-training D", "ratio": "D / D̂"})
+    cols = ["student", "config", "engine", "d_hat", "se", "n_prompts", "n_sequences", "admit", "D", "ratio", "outcome",
+            "agrees"]
+    if rule is not None:
+        t, cols = with_fitted(t, store.read_table(inp.predictor_stats)), cols + ["fitted_admit", "fitted_agrees"]
+    t = t[cols].rename(columns={"d_hat": "offline D̂", "se": "SE of D̂", "n_prompts": "prompts",
+                                "n_sequences": "sequences", "D": "in-training D", "ratio": "D / D̂",
+                                "admit": "admit (paper)", "agrees": "agrees (paper)",
+                                "fitted_admit": "admit (fitted, held out)", "fitted_agrees": "agrees (fitted)"})
     a, L = rec["alpha"].iloc[0], rec["L"].iloc[0]
     n = s["n_decisions"]
-    notes = (f"Admit iff {a:g} × D̂ < {L:g}. {s['n_agree']} of {n} candidate decisions match the training outcome "
-             f"({s['n_agree'] / n:.0%}); admitting every candidate would match {s['n_admit_all_agree']} of {n} "
-             f"({s['n_admit_all_agree'] / n:.0%}). The standard engine ({s['n_baseline']} rows) is not a decision. "
-             f"SE: bootstrap over prompts; among candidates with D̂ ≥ {s['ratio_floor']:g} it is "
-             f"{s['se_relative_min']:.0%}-{s['se_relative_max']:.0%} of D̂. Implied α (largest D/D̂ with "
-             f"D̂ ≥ {s['ratio_floor']:g}): {s['alpha_implied']:.3g}; retrospective L (largest passing D): "
-             f"{s['L_retrospective']:.3g}.") if n else "No candidate engine has a training outcome."
+    notes = (f"Paper's rule: admit iff {a:g} × D̂ < {L:g}. {s['n_agree']} of {n} candidate decisions match the "
+             f"training outcome ({s['n_agree'] / n:.0%}); admitting every candidate would match "
+             f"{s['n_admit_all_agree']} of {n} ({s['n_admit_all_agree'] / n:.0%}). The standard engine "
+             f"({s['n_baseline']} rows) is not a decision. SE: bootstrap over prompts; among candidates with "
+             f"D̂ ≥ {s['ratio_floor']:g} it is {s['se_relative_min']:.0%}-{s['se_relative_max']:.0%} of D̂. Implied α "
+             f"(largest D/D̂ with D̂ ≥ {s['ratio_floor']:g}): {s['alpha_implied']:.3g}; retrospective L (largest "
+             f"passing D): {s['L_retrospective']:.3g}.") if n else "No candidate engine has a training outcome."
+    if n and rule is not None:
+        notes += fitted_note(rule)
     report.save_table(t, out.md, out.tex, inp, caption="Admission record", digits=4, notes=notes)
 
 
