@@ -386,6 +386,11 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
     base = next(r for r in matrix if r.baseline)
     referenced = {r.reference for r in matrix if r.reference}
     rule = e.get("sequential")
+    if rule is not None:
+        seq = Sequential.of(rule)
+        if seq.near_edge_seeds is not None and not seq.start_seeds <= seq.near_edge_seeds <= seq.max_seeds:
+            errors.append(f"experiment {exp!r}, field 'sequential.near_edge_seeds': {seq.near_edge_seeds} is not "
+                          f"between start_seeds ({seq.start_seeds}) and max_seeds ({seq.max_seeds})")
     for i, r in enumerate(matrix):
         if not r.sequential:
             continue

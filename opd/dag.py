@@ -89,11 +89,12 @@ def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | N
 def probe_rows(e: Experiment) -> list[Row]:
     """The mechanism stage's probed rows (tiny backend; workflow/rules/mechanism.smk): the budget rows of the
     baseline, noise and staleness families that run the primary student (not a redrawn-direction noise row: the
-    probes key on a fixed noise direction; not an adaptive design's row, opd.plan's to choose)."""
+    probes key on a fixed noise direction; not an edge's row, which exists only where the results take the
+    bisection). A sequential row is probed on its first seed, seed 0 whatever the plan adds after it."""
     if e.backend != "tiny":
         return []
     return [r for r in e.rows if r.in_budget and r.family in ("baseline", "noise", "staleness")
-            and not r.noise_redraw and e.primary in r.students_or(e.primary) and not e.is_adaptive_row(r)]
+            and not r.noise_redraw and e.primary in r.students_or(e.primary) and not e.is_edge_row(r)]
 
 
 def probe_runs(e: Experiment) -> list[str]:

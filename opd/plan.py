@@ -171,12 +171,13 @@ def _matrix(results: list[RunResult]) -> np.ndarray:
     return np.stack([r.kl.loc[common].to_numpy(float) for r in results])
 
 
-def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowState:
+def row_state(e: Experiment, row: Row, student: str, results: Results, floor: int = 0) -> RowState:
     """A row's state on one student. Sequential (row.sequential): its first seeds 0, 1, ... that are complete in
     order; while fewer than the rule's start seeds are, or the reference row's seeds are not all complete, the
     next seeds are the ones to run up to the start; after that the rule decides in order (_decide: the first seeds
     on which the interval clears tau, else one more seed up to max_seeds). A fixed row's seeds are all its seeds,
-    decided once they are all complete. Read back from results.memo where the same runs were decided before."""
+    decided once they are all complete. `floor`: the seeds a sequential row runs at least before it is decided
+    (near_edge; at most max_seeds). Read back from results.memo where the same runs were decided before."""
     rule = rule_of(e)
     ref = e.row(row.reference) if row.reference else e.baseline
     ref_runs = [results.get(run_id(ref.name, student, s)) for s in e.seeds_of(ref, student)]
@@ -188,7 +189,7 @@ def row_state(e: Experiment, row: Row, student: str, results: Results) -> RowSta
         if r is None:
             break
         done.append(r)
-    start = rule.start_seeds if row.sequential else len(candidates)
+    start = min(max(rule.start_seeds, floor), rule.max_seeds) if row.sequential else len(candidates)
     if len(done) < start or any(r is None for r in ref_runs):
         return RowState(tuple(candidates[:max(start, len(done))]), False)
     ref_seeds = np.asarray(e.seeds_of(ref, student))
@@ -281,16 +282,19 @@ def _bracket(steps):
     return lo, hi
 
 
-def edge_state(e: Experiment, edge: Edge, student: str, results: Results) -> EdgeState:
+def edge_state(e: Experiment, edge: Edge, student: str, results: Results, floors=None) -> EdgeState:
     """Replays the bisection of one edge on one student from the results: the bracket's two ends first; then,
     once every value so far is decided, the next value: the geometric midpoint of the bracket, or beyond the end
     that does not straddle the edge by the bracket's ratio; until the bracket's D are within edge.factor or
-    edge.max_rows values have run. Undecided values are the frontier the next runs train."""
+    edge.max_rows values have run. Undecided values are the frontier the next runs train. `floors`: {(row,
+    student): seeds at least} (near_edge)."""
+    floors = floors or {}
     lo0, hi0 = (rounded(v) for v in edge.bracket)
     ratio = hi0 / lo0
     values = [lo0, hi0]
     while True:
-        steps = [EdgeStep(v, r := edge_row(e, edge, [student], v), row_state(e, r, student, results)) for v in values]
+        steps = [EdgeStep(v, r := edge_row(e, edge, [student], v),
+                          row_state(e, r, student, results, floors.get((r.name, student), 0))) for v in values]
         lo, hi = _bracket(steps)
         bracket = (lo.value if lo else np.nan, hi.value if hi else np.nan, lo.state.D if lo else np.nan,
                    hi.state.D if hi else np.nan)
@@ -361,11 +365,43 @@ class Plan:
         return out
 
 
+def near_edge(e: Experiment, states: dict, edges) -> set[tuple[str, str]]:
+    """The (row, student) pairs the plan decides (sequential rows and edge values) whose D lies within the rule's
+    near_edge_factor of their student's edge: the geometric mean of the largest passing and the smallest failing D
+    among the decided rows in the budget (as opd.stats.budget_edge has it, also where a fail lies below a pass).
+    Empty without near_edge_seeds, or for a student without both a pass and a fail."""
+    seq = e.sequential
+    if seq is None or seq.near_edge_seeds is None:
+        return set()
+    decided = {k: st for k, st in states.items() if st.decided and e.row(k[0]).in_budget}
+    decided.update({(step.row.name, x.student): step.state for x in edges for step in x.steps if step.state.decided})
+    out = set()
+    for student in {s for _, s in decided}:
+        mine = {k: st for k, st in decided.items() if k[1] == student and np.isfinite(st.D)}
+        passes = [st.D for st in mine.values() if st.verdict == "pass"]
+        fails = [st.D for st in mine.values() if st.verdict == "fail"]
+        if not passes or not fails or max(passes) <= 0 or min(fails) <= 0:
+            continue
+        edge = float(np.sqrt(max(passes) * min(fails)))
+        f = seq.near_edge_factor
+        out |= {k for k, st in mine.items() if edge / f <= st.D <= edge * f}
+    return out
+
+
 def planned(e: Experiment, results: Results) -> Plan:
-    """The experiment's Plan from the results so far (deterministic in them)."""
+    """The experiment's Plan from the results so far (deterministic in them). With the rule's near_edge_seeds,
+    the rows near their student's edge (near_edge) run at least that many seeds: the states are worked out again
+    with those floors until no new row comes near an edge (floors only grow, so this ends)."""
     rule_rows = [r for r in e.rows if r.sequential]
-    states = {(r.name, s): row_state(e, r, s, results) for r in rule_rows for s in r.students_or(e.primary)}
-    edges = tuple(edge_state(e, x, s, results) for x in e.edges for s in x.students)
+    floors: dict[tuple[str, str], int] = {}
+    while True:
+        states = {(r.name, s): row_state(e, r, s, results, floors.get((r.name, s), 0))
+                  for r in rule_rows for s in r.students_or(e.primary)}
+        edges = tuple(edge_state(e, x, s, results, floors) for x in e.edges for s in x.students)
+        new = near_edge(e, states, edges) - set(floors)
+        if not new:
+            break
+        floors.update({k: e.sequential.near_edge_seeds for k in new})
     reached: dict[tuple[Edge, float], list[str]] = {}  # each value's row once, on every student that reached it
     for edge, x in zip((x for x in e.edges for _ in x.students), edges):
         for step in x.steps:

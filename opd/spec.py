@@ -240,10 +240,13 @@ class Sequential(Written):
     """The pre-registered sequential-seeds rule of an experiment's rows with `seeds: sequential` and of its edges
     (opd.plan; the rule itself is opd.calibration.SequentialRule): a row runs seeds 0 .. start_seeds - 1, then
     one more while the seed-aware interval of its Delta straddles tau, up to max_seeds. While a row has one seed,
-    its run SD is taken as at most one_seed_ratio x its reference's."""
+    its run SD is taken as at most one_seed_ratio x its reference's. With near_edge_seeds, a row whose D lies within
+    near_edge_factor of its student's edge (opd.plan.near_edge) runs at least that many seeds before it is decided."""
     max_seeds: int
     start_seeds: int = 1
     one_seed_ratio: float = 1.0
+    near_edge_seeds: int | None = None
+    near_edge_factor: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -441,7 +444,11 @@ class Experiment:
 
     def is_adaptive_row(self, row: Row) -> bool:
         """A row whose runs opd.plan chooses: `seeds: sequential`, or an edge's (named <edge>-<value>)."""
-        return row.sequential or any(row.name.startswith(x.name + "-") for x in self.edges)
+        return row.sequential or self.is_edge_row(row)
+
+    def is_edge_row(self, row: Row) -> bool:
+        """A row a bisected edge adds (named <edge>-<value>): whether it exists depends on the results."""
+        return any(row.name.startswith(x.name + "-") for x in self.edges)
 
     @property
     def slurm(self) -> Slurm:

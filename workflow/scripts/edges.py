@@ -14,7 +14,7 @@ from opd.spec import Experiment
 def grid_budget(verdicts: pd.DataFrame, e: Experiment, field: str) -> pd.DataFrame:
     """Per student, the seed-aware budget [grid_lo, grid_hi] at tau over the grid of `field` (the baseline and the
     budget rows of its family no edge made), with their numbers of rows, runs and fails."""
-    grid = [r.name for r in e.rows if r.in_budget and not e.is_adaptive_row(r) and not r.noise_redraw
+    grid = [r.name for r in e.rows if r.in_budget and not e.is_edge_row(r) and not r.noise_redraw
             and (r.baseline or r.family == P.FIELD_FAMILY[field])]
     out = []
     for student, v in verdicts[verdicts["config"].isin(grid)].groupby("student"):
