@@ -71,7 +71,7 @@ def test_draws_are_refused_where_a_comparison_would_miss_a_draw(toy_config):
     base = next(r for r in cfg["experiments"]["toy"]["rows"] if r.get("baseline"))
     base["seeds"] = [0, 1, 3, 4]  # draws 0 and 1 only
     m = err(cfg)
-    assert "('noise-15'), field 'seeds'" in m and "base-model draw(s) [2]" in m and "'bf16' has no run" in m
+    assert "('lr3e-5-k0'), field 'seeds'" in m and "base-model draw(s) [2]" in m and "'bf16' has no run" in m
 
 
 def test_draws_are_refused_on_verl_and_a_sequential_start_must_reach_every_draw(toy_config):
