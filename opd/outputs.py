@@ -114,6 +114,9 @@ class Output:
     def __post_init__(self):
         if self.category not in CATEGORIES:
             raise ValueError(f"output {self.rule}: category {self.category!r} is not one of {CATEGORIES}")
+        if not set(self.optional) <= set(OTHER_ANALYSIS_FILES):
+            raise ValueError(f"output {self.rule}: optional inputs {self.optional} are not other rules' files "
+                             f"(opd.outputs.OTHER_ANALYSIS_FILES): the analysis script's are always there")
         unknown = [i for i in (*self.inputs, *self.optional) if i not in (*ANALYSIS_TABLES, *OTHER_ANALYSIS_FILES)]
         if unknown:
             raise ValueError(f"output {self.rule}: inputs {unknown} are not analysis files (opd.outputs.ANALYSIS_TABLES)")

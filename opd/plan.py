@@ -380,18 +380,19 @@ def near_edge(e: Experiment, states: dict, edges) -> set[tuple[str, str]]:
         mine = {k: st for k, st in decided.items() if k[1] == student and np.isfinite(st.D)}
         passes = [st.D for st in mine.values() if st.verdict == "pass"]
         fails = [st.D for st in mine.values() if st.verdict == "fail"]
-        if not passes or not fails or max(passes) <= 0 or min(fails) <= 0:
-            continue
-        edge = float(np.sqrt(max(passes) * min(fails)))
-        f = seq.near_edge_factor
-        out |= {k for k, st in mine.items() if edge / f <= st.D <= edge * f}
+        edge = stats.edge_point(max(passes), min(fails)) if passes and fails else float("nan")
+        if np.isfinite(edge):
+            keys = list(mine)
+            near = stats.near_edge([mine[k].D for k in keys], edge, seq.near_edge_factor)
+            out |= {k for k, n in zip(keys, near) if n}
     return out
 
 
 def planned(e: Experiment, results: Results) -> Plan:
     """The experiment's Plan from the results so far (deterministic in them). With the rule's near_edge_seeds,
     the rows near their student's edge (near_edge) run at least that many seeds: the states are worked out again
-    with those floors until no new row comes near an edge (floors only grow, so this ends)."""
+    with those floors until no new row comes near an edge (floors only grow, so this ends; a row floored on the way
+    keeps its floor even if the final edge lies further from it)."""
     rule_rows = [r for r in e.rows if r.sequential]
     floors: dict[tuple[str, str], int] = {}
     while True:

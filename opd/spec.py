@@ -241,7 +241,8 @@ class Sequential(Written):
     (opd.plan; the rule itself is opd.calibration.SequentialRule): a row runs seeds 0 .. start_seeds - 1, then
     one more while the seed-aware interval of its Delta straddles tau, up to max_seeds. While a row has one seed,
     its run SD is taken as at most one_seed_ratio x its reference's. With near_edge_seeds, a row whose D lies within
-    near_edge_factor of its student's edge (opd.plan.near_edge) runs at least that many seeds before it is decided."""
+    near_edge_factor of its student's edge (opd.plan.near_edge) runs at least that many seeds before it is decided
+    (the edge is worked out again as seeds are added; a row floored on the way keeps its floor)."""
     max_seeds: int
     start_seeds: int = 1
     one_seed_ratio: float = 1.0
@@ -441,10 +442,6 @@ class Experiment:
     def adaptive(self) -> bool:
         """Whether opd.plan chooses some of its runs from the results (sequential rows or edges)."""
         return bool(self.edges) or any(r.sequential for r in self.rows)
-
-    def is_adaptive_row(self, row: Row) -> bool:
-        """A row whose runs opd.plan chooses: `seeds: sequential`, or an edge's (named <edge>-<value>)."""
-        return row.sequential or self.is_edge_row(row)
 
     def is_edge_row(self, row: Row) -> bool:
         """A row a bisected edge adds (named <edge>-<value>): whether it exists depends on the results."""

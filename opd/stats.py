@@ -843,7 +843,7 @@ def budget_edge(budget: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFr
     kl0 = h.groupby(["student", "seed"])["kl"].mean().groupby("student").mean()
     out = []
     for r in b.itertuples():
-        edge = float(np.sqrt(r.lo * r.hi)) if r.lo > 0 and r.hi > 0 else float("nan")
+        edge = edge_point(r.lo, r.hi)
         out.append({"student": r.student, "rule": rule, "tau": float(tau), "lo": r.lo, "hi": r.hi, "edge": edge,
                     "consistent": bool(r.consistent), "n_pass": r.n_pass, "n_fail": r.n_fail,
                     "d0": float(d0[r.student]), "kl0": float(kl0[r.student]),
@@ -852,10 +852,22 @@ def budget_edge(budget: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFr
     return pd.DataFrame(out)
 
 
+def edge_point(lo: float, hi: float) -> float:
+    """A budget's edge: the geometric mean of its largest passing D `lo` and its smallest failing D `hi` (also where
+    hi < lo, a fail below a pass); NaN unless both are positive."""
+    return float(np.sqrt(lo * hi)) if lo > 0 and hi > 0 else float("nan")
+
+
+def near_edge(D, edge: float, factor: float) -> np.ndarray:
+    """Whether each D lies within `factor` of `edge`, either way."""
+    D = np.asarray(D, dtype=float)
+    return (D >= edge / factor) & (D <= edge * factor)
+
+
 def edge_counts(verdicts: pd.DataFrame, edge: float, tau: float, rule: str = "seeds", factor: float = 10.0) -> tuple:
     """(passes, fails) under `rule` at tau among the configurations of `verdicts` whose D is within `factor` of
     `edge` (either way): what resolves an edge."""
-    near = verdicts[(verdicts["D"] >= edge / factor) & (verdicts["D"] <= edge * factor)]
+    near = verdicts[near_edge(verdicts["D"], edge, factor)]
     f = rule_fails(near, tau, rule)
     return int((f == False).sum()), int((f == True).sum())  # noqa: E712
 
@@ -1030,6 +1042,8 @@ def fitted_rule_of(record: pd.DataFrame) -> FittedRule | None:
     if "all" not in r.index or "row" not in r.index:
         return None
     a, h = r.loc["all"], r.loc["row"]
+    if not int(h["n"]):  # fitted, but no candidate could be decided without itself (two candidates)
+        return None
     return FittedRule(str(a["chosen"]), int(a["sign"]), float(a["threshold"]), int(a["n"]), int(a["n_agree"]),
                       int(h["n"]), int(h["n_agree"]))
 
@@ -1041,9 +1055,10 @@ def _choices(chosen) -> str:
 
 
 def _fold_accuracy(col, y, train) -> float:
-    """Training-fold agreement of the best threshold on one statistic (NaN candidates left out)."""
+    """Training-fold agreement of the best threshold on one statistic, over every training candidate: one without
+    the statistic counts as a disagreement, so a statistic measured on few candidates cannot win on its share."""
     x = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
     m = train & np.isfinite(x)
     if m.sum() < 2:
         return -1.0
-    return float((fit_threshold(x[m], y[m]).admits(x[m]) == y[m]).mean())
+    return float((fit_threshold(x[m], y[m]).admits(x[m]) == y[m]).sum() / train.sum())

@@ -126,7 +126,7 @@ def test_the_plan_is_a_function_of_the_results_and_waits_for_the_reference(toy_c
 def test_rows_near_their_students_edge_run_the_near_edge_seeds_and_the_others_do_not(toy_config):
     """near_edge_seeds: a row whose D lies within near_edge_factor of the edge (the geometric mean of the largest
     passing and the smallest failing D the plan decided) runs at least that many seeds; rows far from it stop where
-    the rule decides them; the plan is the same whichever order the results came in."""
+    the rule decides them."""
     sigmas = {"p1": 0.02, "p2": 0.08, "p3": 0.095, "f1": 0.105, "f2": 0.12, "f3": 0.4}  # D = 0.001 + sigma^2
     rows = [{"name": n, "noise_sigma": v, "seeds": "sequential"} for n, v in sigmas.items()]
     rule = {"max_seeds": 6, "start_seeds": 2, "near_edge_seeds": 4, "near_edge_factor": 1.5}
@@ -140,7 +140,6 @@ def test_rows_near_their_students_edge_run_the_near_edge_seeds_and_the_others_do
         assert st.decided and st.verdict == ("pass" if n.startswith("p") else "fail")
         assert len(st.seeds) == (4 if edge / 1.5 <= D[n] <= edge * 1.5 else 2), n
     assert {n for n in sigmas if len(end.rows[(n, "qwen-s")].seeds) == 4} == {"p2", "p3", "f1", "f2"}
-    assert P.planned(e, P.Given(dict(reversed(world.results.items())))).rows == end.rows
     off = experiment(toy_config, rows=rows, sequential={k: v for k, v in rule.items() if not k.startswith("near")})
     n_off = {k[0]: len(st.seeds) for k, st in P.planned(off, world.given()).rows.items()}
     assert max(n_off.values()) < 4 and n_off["p1"] == n_off["f3"] == 2  # the rule alone: no row reaches 4

@@ -554,6 +554,20 @@ def test_the_fitted_rule_decides_a_candidate_without_seeing_its_outcome():
     assert rule.n_agree_held_out == int(((p == 1.0) == y).sum()) and rule.label.startswith("good ≤ ")
 
 
+def test_the_fitted_rule_is_chosen_on_counts_and_needs_a_held_out_decision():
+    """A statistic measured on three candidates, perfect there, does not beat one measured on all that errs on
+    one; with two candidates a rule can be fitted but none decided without itself, so there is no record."""
+    n = 20
+    y = np.arange(n) < 12
+    t = pd.DataFrame({"student": "a", "outcome": np.where(y, "pass", "fail"), "delta": 0.0,
+                      "sparse": np.where(np.arange(n) < 3, np.where(y, 1.0, 2.0), np.nan),
+                      "dense": np.where(y, 1.0, 2.0) + np.where(np.arange(n) == 0, 5.0, 0.0)})
+    assert stats.fitted_rule(t, ["sparse", "dense"], y)[0] == "dense"
+    two = t.iloc[[0, 15]].reset_index(drop=True)
+    assert stats.fitted_rule(two, ["dense"], two["outcome"] == "pass") is not None
+    assert stats.fitted_rule_of(stats.predictor_record(two, ["dense"])) is None
+
+
 def test_a_candidate_without_an_outcome_or_a_statistic_is_left_out_and_counted():
     t = pd.DataFrame({"student": ["a"] * 4 + ["b"] * 4, "outcome": ["pass", "fail", None, "pass"] * 2,
                       "delta": np.arange(8.0), "s": [0.1, 0.9, 0.5, np.nan, 0.2, 0.8, 0.4, 0.3]})

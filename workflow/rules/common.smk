@@ -209,6 +209,7 @@ def output_inputs(o):
     """An output's analysis files by name (opd.outputs.analysis_key): its inputs, then those of its optional ones
     that are measurements this experiment makes and, for `snakemake figures`, has."""
     s = scope()
+    assert set(o.optional) <= set(MEASURED), f"{o.rule}: an optional input is a measurement (MEASURED) or nothing"
     names = [*o.inputs, *(i for i in o.optional if MEASURED.get(i) and s.all_in(MEASURED[i]))]
     return {O.analysis_key(i): ANALYSIS_FILES[i] for i in names}
 

@@ -22,7 +22,8 @@ def fitted_note(rule: stats.FittedRule) -> str:
             f"chosen for the most agreement over every candidate with an outcome ({rule.n_agree} of {rule.n} in "
             f"sample). Its column is each candidate's held-out decision: the statistic chosen and cut fitted without "
             f"that candidate, which agrees with training on {rule.n_agree_held_out} of {rule.n_held_out} "
-            f"({rule.n_agree_held_out / rule.n_held_out:.0%}).")
+            f"({rule.n_agree_held_out / rule.n_held_out:.0%}); a candidate without a training outcome gets the rule "
+            f"fitted on all, and one without the statistic none.")
 
 
 def main(inp, out, params):
