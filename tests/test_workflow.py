@@ -61,10 +61,10 @@ def test_figures_never_trains_and_names_what_it_leaves_out(clone):
     def change(c):
         rows = c["experiments"]["toy"]["rows"]
         rows.append({"name": "noise-04", "noise_sigma": 0.04})  # a new row: 3 runs and an admission check
-        next(r for r in rows if r["name"] == "noise-15")["seeds"] = [0, 1, 2, 3]  # a new seed of a row
+        next(r for r in rows if r["name"] == "noise-234-center")["seeds"] = [0, 1, 2, 3]  # a new seed of a row
     edit_config(clone, change)
     everything = planned(clone)
-    assert {"noise-04.qwen-s.s1", "noise-15.qwen-s.s3"} <= {w.split("=", 1)[1] for r, w in everything if r in TRAIN_RULES}
+    assert {"noise-04.qwen-s.s1", "noise-234-center.qwen-s.s3"} <= {w.split("=", 1)[1] for r, w in everything if r in TRAIN_RULES}
     r = snakemake(clone, "-n", "figures")
     jobs = jobs_in(r)
     assert not planned_rules(jobs) & COMPUTE
@@ -74,7 +74,7 @@ def test_figures_never_trains_and_names_what_it_leaves_out(clone):
     new_row = next(ln for ln in warned if "'noise-04'" in ln)
     assert "left out" in new_row
     assert all(f"results/toy/runs/noise-04.qwen-s.s{i}/run.json" in new_row for i in range(3))
-    assert any("'noise-15'" in ln and "results/toy/runs/noise-15.qwen-s.s3/run.json" in ln for ln in warned)
+    assert any("'noise-234-center'" in ln and "results/toy/runs/noise-234-center.qwen-s.s3/run.json" in ln for ln in warned)
     # the new noise row is a probed one: the mechanism's outputs wait for it
     assert any("mechanism" in ln and "noise-04.qwen-s.s0" in ln for ln in warned)
     assert "figure_mechanism" not in planned_rules(jobs)
