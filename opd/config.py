@@ -368,12 +368,46 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                     errors.append(f"{row_label(exp, i, r['name'], lines)}, field {field!r}: verl backend: {why}")
         if matrix and len(baselines) == 1:
             errors += adaptive_errors(exp, e, matrix, lines)
+        if "frozen_rule" in e:
+            errors += frozen_rule_errors(exp, e, matrix)
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))
             if missing and any(set(r.students or ()) & missing for r in matrix):
                 errors.append(f"{row_label(exp, matrix.index(base), base.name, lines)}, field 'students': the "
                               f"baseline must cover every student other rows use; missing {sorted(missing)}")
+    return errors
+
+
+def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
+    """The frozen admission rule's checks: a step-0 statistic the tiny backend measures, one cut, and candidates
+    it was fitted on that are candidates of this matrix (an engine row other than the baseline, without staleness,
+    naming the student)."""
+    from opd.stats import PREDICTORS
+    f, where = e["frozen_rule"], f"experiment {exp!r}, field 'frozen_rule"
+    errors = []
+    if e.get("backend") != "tiny":
+        errors.append(f"{where}': the step-0 statistics it decides on are measured on the tiny backend only")
+    if f["statistic"] not in PREDICTORS:
+        errors.append(f"{where}.statistic': {f['statistic']!r} is not a step-0 statistic; known: {sorted(PREDICTORS)}")
+    if ("at_most" in f) == ("at_least" in f):
+        errors.append(f"{where}': give exactly one of at_most (admit at or below) and at_least (admit at or above)")
+    first = next(iter(e["students"]))
+    rows = {r.name: r for r in matrix}
+    edges = [x for x in e.get("edges", ())]
+    for student, names in f["fitted_on"].items():
+        if student not in e["students"]:
+            errors.append(f"{where}.fitted_on.{student}': no such student; known: {sorted(e['students'])}")
+            continue
+        for name in names:
+            r = rows.get(name)
+            if r is None and any(name.startswith(x["name"] + "-") and student in x["students"] for x in edges):
+                continue  # a row the student's bisected edge added (opd.plan): a noise row, a candidate
+            if r is None:
+                errors.append(f"{where}.fitted_on.{student}': no row {name!r}")
+            elif not (r.in_budget and not r.baseline and not r.staleness) or student not in r.students_or(first):
+                errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
+                              f"{student!r} (an engine row other than the baseline, without staleness, naming it)")
     return errors
 
 

@@ -222,6 +222,35 @@ class Admission(Written):
 
 
 @dataclass(frozen=True)
+class FrozenRule(Written):
+    """A second admission rule fixed in config.yaml (tiny backend; beyond the paper): admit a candidate engine iff
+    its step-0 `statistic` (a key of opd.stats.PREDICTORS) is at most `at_most` (or at least `at_least`). It was
+    fitted on the candidates `fitted_on` names (student -> rows); every other candidate is decided before its runs
+    train, so its agreement with training is a prospective test of the rule, not a fit."""
+    statistic: str
+    fitted_on: tuple[tuple[str, tuple[str, ...]], ...]  # ((student, rows), ...): config.yaml's mapping, frozen
+    at_most: float | None = None
+    at_least: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.fitted_on, Mapping):
+            object.__setattr__(self, "fitted_on", tuple((s, tuple(r)) for s, r in self.fitted_on.items()))
+
+    def written(self) -> dict:
+        return {**super().written(), "fitted_on": {s: list(r) for s, r in self.fitted_on}}
+
+    @property
+    def threshold(self):
+        """The rule as opd.stats.Threshold (admit iff sign * x <= t)."""
+        from opd.stats import Threshold
+        return Threshold(1, self.at_most) if self.at_most is not None else Threshold(-1, -self.at_least)
+
+    def prospective(self, student: str, row: str) -> bool:
+        """Whether the candidate (row, student) was not among those the rule was fitted on."""
+        return row not in dict(self.fitted_on).get(student, ())
+
+
+@dataclass(frozen=True)
 class RLCollapse(Written):
     """The RL collapse rule's thresholds (opd.stats.rl_collapse), fixed before the runs: collapsed if, at the
     final held-out evaluation against the same algorithm on the standard engine, accuracy fell by
@@ -403,6 +432,7 @@ class Experiment:
     rows: tuple[Row, ...]
     launcher: Launcher = Launcher()  # the site's Slurm settings overlaid by the experiment's
     rl_collapse: RLCollapse = RLCollapse()
+    frozen_rule: FrozenRule | None = None  # a second admission rule fixed before its prospective candidates ran
     kv_attribution: KVAttribution = KVAttribution()
     infra: Infra = Infra()
     verl: Verl | None = None
@@ -431,6 +461,7 @@ class Experiment:
             launcher=Launcher.of({"launcher": cfg.get("launcher", "local"),
                                   "slurm": {**(cfg.get("slurm") or {}), **e.get("slurm", {})}}, f"{where}, slurm"),
             rl_collapse=RLCollapse.of(e.get("rl_collapse"), f"{where}, rl_collapse"),
+            frozen_rule=FrozenRule.of(e["frozen_rule"], f"{where}, frozen_rule") if "frozen_rule" in e else None,
             kv_attribution=KVAttribution.of(e.get("kv_attribution"), f"{where}, kv_attribution"),
             infra=Infra.of(e.get("infra"), f"{where}, infra"),
             verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"),

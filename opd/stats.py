@@ -893,6 +893,11 @@ class Threshold(NamedTuple):
     def admits(self, x) -> np.ndarray:
         return self.sign * np.asarray(x, dtype=float) <= self.t
 
+    @property
+    def cut(self) -> str:
+        """The admitted side of the cut: "≤ 1.41"."""
+        return f"{'≤' if self.sign > 0 else '≥'} {self.sign * self.t:.3g}"
+
 
 def fit_threshold(x, passed) -> Threshold:
     """The threshold rule that agrees with the most of `passed` (bool) on x: both directions and every cut between
@@ -1027,12 +1032,49 @@ class FittedRule(NamedTuple):
     @property
     def cut(self) -> str:
         """The admitted side of the cut: "≤ 1.41"."""
-        return f"{'≤' if self.sign > 0 else '≥'} {self.sign * self.threshold:.3g}"
+        return Threshold(self.sign, self.threshold).cut
 
     @property
     def label(self) -> str:
         """The rule in words: "persistent T / U (param) ≤ 1.41"."""
-        return f"{PREDICTORS.get(self.statistic, self.statistic)} {self.cut}"
+        return rule_label(self.statistic, Threshold(self.sign, self.threshold))
+
+
+def rule_label(statistic: str, threshold: Threshold) -> str:
+    """A one-statistic admission rule in words: "persistent T / U (param) ≤ 1.41"."""
+    return f"{PREDICTORS.get(statistic, statistic)} {threshold.cut}"
+
+
+class ProspectiveTest(NamedTuple):
+    """A frozen admission rule's record (analysis/predictors.parquet, split `prospective` and `fitted_on`; read by
+    prospective_test_of): on the `n` candidates it was not fitted on, decided before their runs, it agrees with
+    training on `n_agree`, the paper's rule on `n_agree_paper` and admitting every candidate on `n_agree_all`; on
+    the `n_fitted_on` candidates it was fitted on it agrees on `n_agree_fitted_on`."""
+    statistic: str
+    threshold: Threshold
+    n: int
+    n_agree: int
+    n_agree_paper: int
+    n_agree_all: int
+    n_fitted_on: int
+    n_agree_fitted_on: int
+
+    @property
+    def label(self) -> str:
+        return rule_label(self.statistic, self.threshold)
+
+
+def prospective_test_of(record: pd.DataFrame) -> ProspectiveTest | None:
+    """The frozen rule's prospective test in a predictor record, or None where the experiment has no frozen rule."""
+    r = record[record["split"].isin(["prospective", "fitted_on"]) & (record["student"] == "all")]
+    if not len(r):
+        return None
+    r = r.set_index(["split", "statistic"])
+    own = r.loc[("prospective", "frozen_rule")]
+    fit = r.loc[("fitted_on", "frozen_rule")]
+    return ProspectiveTest(str(own["chosen"]), Threshold(int(own["sign"]), float(own["threshold"])), int(own["n"]),
+                           int(own["n_agree"]), int(r.loc[("prospective", "paper_rule"), "n_agree"]),
+                           int(r.loc[("prospective", "admit_all"), "n_agree"]), int(fit["n"]), int(fit["n_agree"]))
 
 
 def fitted_rule_of(record: pd.DataFrame) -> FittedRule | None:

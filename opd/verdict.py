@@ -21,7 +21,7 @@ import pandas as pd
 from opd import config as C
 from opd import stats, store
 from opd.rows import Row
-from opd.spec import Experiment, run_id
+from opd.spec import Experiment, FrozenRule, run_id
 
 RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
 RULE_COLUMNS = {"paper": ("ci_lo", "ci_hi", "verdict"), "seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds")}
@@ -165,6 +165,25 @@ class FittedDecision:
 
 
 @dataclass(frozen=True)
+class FrozenDecision:
+    """The frozen admission rule (config.yaml's frozen_rule; beyond the paper) applied to one candidate: its
+    decision, and whether the rule was fitted on the candidate or decided it before its runs (prospective)."""
+    rule: FrozenRule
+    value: float
+    source: str  # "analysis" or the statistics' own file, not yet read by the analysis
+
+    @property
+    def admit(self) -> bool:
+        return bool(self.rule.threshold.admits(self.value))
+
+    def text(self, student: str, row: str) -> str:
+        how = ("prospective: decided before this candidate's runs (not among those it was fitted on)"
+               if self.rule.prospective(student, row) else "fitted on this candidate")
+        return (f"{stats.PREDICTORS.get(self.rule.statistic, self.rule.statistic)} = {_g(self.value)}, admitted iff "
+                f"{self.rule.threshold.cut}: {'admit' if self.admit else 'reject'} ({how})")
+
+
+@dataclass(frozen=True)
 class StudentVerdict:
     row: str
     student: str
@@ -178,6 +197,7 @@ class StudentVerdict:
     not_in_budget_why: str | None
     admission: AdmissionDecision | None
     fitted: FittedDecision | None  # the fitted admission rule's decision (tiny backend, beyond the paper)
+    frozen: FrozenDecision | None  # config.yaml's frozen admission rule's decision (tiny backend, beyond the paper)
     rl: str | None  # an RL row's collapse verdict: "collapsed (criteria)" or "did not collapse"
     rl_accuracy_change: float | None  # its held-out accuracy against the same algorithm on the standard engine
     missing: tuple[str, ...]
@@ -314,7 +334,9 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
                 missing.append(f"admission check not run: `{command(admission_target(exp.name, row.name, student))}` "
                                f"(no training)")
     fitted = fitted_decision(a, row, student) if is_admission_candidate(row) else None
-    if fitted is None and is_admission_candidate(row) and a.table("predictors") is not None \
+    frozen = frozen_decision(a, row, student) if is_admission_candidate(row) else None
+    if fitted is None and frozen is None and is_admission_candidate(row) \
+            and (a.table("predictors") is not None or exp.frozen_rule is not None) \
             and not Path(predictor_target(exp.name, row.name, student)).exists():
         missing.append(f"step-0 statistics not measured (the fitted rule's input): "
                        f"`{command(predictor_target(exp.name, row.name, student))}` (no training)")
@@ -327,7 +349,7 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
         float(v["delta"]) if v is not None else None,
         int(v["n_runs"]) if v is not None else None,
         int(v["n_runs_reference"]) if v is not None and "n_runs_reference" in v else None,
-        tuple(rules), row.in_budget, not_in_budget(row), adm, fitted, rl_text,
+        tuple(rules), row.in_budget, not_in_budget(row), adm, fitted, frozen, rl_text,
         float(rl["accuracy_change"]) if rl is not None else None, tuple(missing))
 
 
@@ -338,19 +360,34 @@ def fitted_decision(a: Analysis, row: Row, student: str) -> FittedDecision | Non
     rule = stats.fitted_rule_of(record) if record is not None else None
     if rule is None:
         return None
-    rec, source = a.one("predictor_stats", student=student, config=row.name), "analysis"
-    if rec is None:
-        f = Path(predictor_target(a.exp.name, row.name, student))
-        if not f.exists():
-            return None
-        rec, source = store.read_table(f).iloc[0].to_dict(), str(f)
-    value = float(rec.get(rule.statistic, float("nan")))
+    rec, source = step0_statistics(a, row, student)
+    value = float(rec.get(rule.statistic, float("nan"))) if rec is not None else float("nan")
     if not math.isfinite(value):
         return None
     held = rec.get("fitted_admit") if rec.get("fitted_statistic") and isinstance(rec.get("outcome"), str) \
         and rec["outcome"] in ("pass", "fail") else None
     return FittedDecision(rule, value, bool(stats.Threshold(rule.sign, rule.threshold).admits(value)),
                           None if held is None or not math.isfinite(held) else bool(held), source)
+
+
+def frozen_decision(a: Analysis, row: Row, student: str) -> FrozenDecision | None:
+    """config.yaml's frozen rule on one candidate (None without a frozen rule or the candidate's statistic)."""
+    rule = a.exp.frozen_rule
+    if rule is None:
+        return None
+    rec, source = step0_statistics(a, row, student)
+    value = float(rec.get(rule.statistic, float("nan"))) if rec is not None else float("nan")
+    return FrozenDecision(rule, value, source) if math.isfinite(value) else None
+
+
+def step0_statistics(a: Analysis, row: Row, student: str) -> tuple[dict | None, str]:
+    """A candidate's step-0 statistics: the analysis's (predictor_stats), else its own file before the analysis
+    has read it, else None; with where they came from."""
+    rec = a.one("predictor_stats", student=student, config=row.name)
+    if rec is not None:
+        return rec, "analysis"
+    f = Path(predictor_target(a.exp.name, row.name, student))
+    return (store.read_table(f).iloc[0].to_dict(), str(f)) if f.exists() else (None, "")
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
@@ -405,6 +442,9 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
     if sv.fitted is not None:
         src = "" if sv.fitted.source == "analysis" else f" (from {sv.fitted.source}; not in the analysis yet)"
         lines.append(f"  fitted rule (beyond the paper): {sv.fitted.text()}{src}")
+    if sv.frozen is not None:
+        src = "" if sv.frozen.source == "analysis" else f" (from {sv.frozen.source}; not in the analysis yet)"
+        lines.append(f"  frozen rule (config.yaml; beyond the paper): {sv.frozen.text(sv.student, sv.row)}{src}")
     lines += [f"  missing: {m}" for m in sv.missing] or ["  missing: nothing"]
     return "\n".join(lines)
 

@@ -79,6 +79,8 @@ rule predictors:
     output:
         table=ANALYSIS_FILES["predictor_stats"],
         record=ANALYSIS_FILES["predictors"],
+    params:
+        frozen_rule=EXPERIMENT.frozen_rule.written() if EXPERIMENT.frozen_rule else None,
     log:
         f"logs/{EXP}/predictors.log",
     script:

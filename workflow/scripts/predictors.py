@@ -1,11 +1,13 @@
 """Which offline statistic predicts training: every candidate engine's step-0 statistics (rule predictor_stats) beside
 its admission estimate (D_hat, SE, the paper's decision) and its training outcome (the paper's verdict, as the
 admission record judges) and Delta; then each statistic's held-out agreement with training and rank correlation with
-Delta (opd.stats.predictor_record), with the paper's fixed rule and "admit every candidate" as split `fixed`."""
+Delta (opd.stats.predictor_record), with the paper's fixed rule and "admit every candidate" as split `fixed`; where
+config.yaml fixes a frozen rule, its prospective test (split `prospective`: the candidates it was not fitted on)."""
 import numpy as np
 import pandas as pd
 
 from opd import derived, scripts, stats, store
+from opd.spec import FrozenRule
 
 
 def candidates(step0: pd.DataFrame, admission: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
@@ -52,12 +54,54 @@ def with_fitted_rule(t: pd.DataFrame, statistics) -> pd.DataFrame:
     return t
 
 
+def with_frozen_rule(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
+    """`t` with the frozen rule's decision per candidate (config.yaml's frozen_rule): `frozen_admit` (1.0 admit, 0.0
+    reject, NaN where its statistic is missing), `prospective` (the rule was not fitted on the candidate, so its
+    decision was fixed before the candidate's runs) and `frozen_agrees` (NaN without an outcome)."""
+    t = t.copy()
+    x = pd.to_numeric(t[rule.statistic], errors="coerce").to_numpy(dtype=float)
+    admit = np.where(np.isfinite(x), rule.threshold.admits(x), np.nan)
+    passed = (t["outcome"] == "pass").to_numpy()
+    decided = t["outcome"].isin(["pass", "fail"]).to_numpy() & np.isfinite(admit)
+    t["frozen_admit"] = admit
+    t["prospective"] = [rule.prospective(s, c) for s, c in zip(t["student"], t["config"])]
+    t["frozen_agrees"] = np.where(decided, (admit == 1.0) == passed, np.nan)
+    return t
+
+
+def frozen_record(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
+    """The frozen rule's record: split `prospective` (the candidates it was not fitted on, with an outcome and its
+    statistic) for the rule, the paper's rule and admitting every candidate on the same candidates, and split
+    `fitted_on` (the rule on the candidates it was fitted on)."""
+    rows = []
+    k = t[t["outcome"].isin(["pass", "fail"]) & t["frozen_admit"].notna()]
+    for split, m in (("prospective", k["prospective"]), ("fitted_on", ~k["prospective"])):
+        c = k[m.astype(bool)]
+        passed = c["outcome"] == "pass"
+        rules = [("frozen_rule", c["frozen_admit"] == 1.0)] + ([("paper_rule", c["admit"].astype(bool)),
+                                                                ("admit_all", pd.Series(True, index=c.index))]
+                                                               if split == "prospective" else [])
+        for name, admit in rules:
+            agree = admit == passed
+            rows.append({"statistic": name, "split": split, "student": "all", "n": len(c),
+                         "n_agree": int(agree.sum()), "accuracy": float(agree.mean()) if len(c) else float("nan"),
+                         "spearman": float("nan"), "n_pass": int(passed.sum()),
+                         **({"chosen": rule.statistic, "sign": rule.threshold.sign, "threshold": rule.threshold.t}
+                            if name == "frozen_rule" else {})})
+    return pd.DataFrame(rows)
+
+
 def main(inp, out, params):
     step0 = pd.concat([store.read_table(f) for f in inp.stats], ignore_index=True)
     statistics = list(stats.PREDICTORS)
     t = with_fitted_rule(candidates(step0, store.read_table(inp.admission), store.read_table(inp.verdicts)),
                          statistics)
-    record = pd.concat([fixed_rules(t), stats.predictor_record(t, statistics)], ignore_index=True)
+    parts = [fixed_rules(t), stats.predictor_record(t, statistics)]
+    if params.frozen_rule:
+        rule = FrozenRule.of(params.frozen_rule)
+        t = with_frozen_rule(t, rule)
+        parts.append(frozen_record(t, rule))
+    record = pd.concat(parts, ignore_index=True)
     derived.write_table(t, out.table)
     derived.write_table(record, out.record)
 

@@ -17,6 +17,16 @@ def with_fitted(rec: pd.DataFrame, step0: pd.DataFrame) -> pd.DataFrame:
         fitted_agrees=lambda t: t["fitted_agrees"].map({1.0: True, 0.0: False}))
 
 
+def with_frozen(rec: pd.DataFrame, step0: pd.DataFrame) -> pd.DataFrame:
+    """The admission record with the frozen rule's decision per candidate: "admit"/"reject", marked "(prospective)"
+    where the rule was fixed before the candidate's runs."""
+    f = step0[["student", "config", "frozen_admit", "prospective"]]
+    t = rec.merge(f, on=["student", "config"], how="left")
+    word = t["frozen_admit"].map({1.0: "admit", 0.0: "reject"})
+    return t.assign(frozen=word.where(word.isna() | ~t["prospective"].fillna(False).astype(bool),
+                                      word + " (prospective)")).drop(columns=["frozen_admit", "prospective"])
+
+
 def fitted_note(rule: stats.FittedRule) -> str:
     return (f" Fitted rule (beyond the paper; tiny backend): admit iff {rule.label}, the statistic and its cut "
             f"chosen for the most agreement over every candidate with an outcome ({rule.n_agree} of {rule.n} in "
@@ -33,12 +43,16 @@ def main(inp, out, params):
     t = rec.assign(engine=rec["candidate"].map({True: "candidate", False: "standard (not a decision)"}))
     cols = ["student", "config", "engine", "d_hat", "se", "n_prompts", "n_sequences", "admit", "D", "ratio", "outcome",
             "agrees"]
+    test = stats.prospective_test_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else None
     if rule is not None:
         t, cols = with_fitted(t, store.read_table(inp.predictor_stats)), cols + ["fitted_admit", "fitted_agrees"]
+    if test is not None:
+        t, cols = with_frozen(t, store.read_table(inp.predictor_stats)), cols + ["frozen"]
     t = t[cols].rename(columns={"d_hat": "offline D̂", "se": "SE of D̂", "n_prompts": "prompts",
                                 "n_sequences": "sequences", "D": "in-training D", "ratio": "D / D̂",
                                 "admit": "admit (paper)", "agrees": "agrees (paper)",
-                                "fitted_admit": "admit (fitted, held out)", "fitted_agrees": "agrees (fitted)"})
+                                "fitted_admit": "admit (fitted, held out)", "fitted_agrees": "agrees (fitted)",
+                                "frozen": "frozen rule"})
     a, L = rec["alpha"].iloc[0], rec["L"].iloc[0]
     n = s["n_decisions"]
     notes = (f"Paper's rule: admit iff {a:g} × D̂ < {L:g}. {s['n_agree']} of {n} candidate decisions match the "
@@ -50,6 +64,10 @@ def main(inp, out, params):
              f"passing D): {s['L_retrospective']:.3g}.") if n else "No candidate engine has a training outcome."
     if n and rule is not None:
         notes += fitted_note(rule)
+    if n and test is not None:
+        notes += (f" Frozen rule (config.yaml; beyond the paper): admit iff {test.label}, fixed after fitting on "
+                  f"{test.n_fitted_on} candidates; a candidate marked prospective was decided before its runs, and "
+                  f"{test.n_agree} of {test.n} such decisions match training.")
     report.save_table(t, out.md, out.tex, inp, caption="Admission record", digits=4, notes=notes)
 
 
