@@ -337,6 +337,32 @@ def test_noise_redraw_needs_noise_and_is_refused_on_verl_naming_row_and_field(to
             "the weight-sync hook draws the noise direction") in m
 
 
+def test_the_frozen_admission_rule_is_checked_naming_its_field(toy_config):
+    """A frozen rule decides on a statistic the tiny backend measures, by one cut, and names the candidates it was
+    fitted on (its bisected edge's rows included): anything else is named before a job starts."""
+    f = toy_config["experiments"]["toy"]["frozen_rule"]
+    f["statistic"], f["at_least"] = "T_persist", 1.0
+    f["fitted_on"]["qwen-m"].append("stale-k4")  # staleness: not an admission candidate (and not on qwen-m)
+    f["fitted_on"]["qwen-xl"] = ["fp8w"]
+    m = err(toy_config)
+    assert "experiment 'toy', field 'frozen_rule.statistic': 'T_persist' is not a step-0 statistic" in m
+    assert "experiment 'toy', field 'frozen_rule': give exactly one of at_most" in m
+    assert "field 'frozen_rule.fitted_on.qwen-m': row 'stale-k4' is not an admission candidate of 'qwen-m'" in m
+    assert "field 'frozen_rule.fitted_on.qwen-xl': no such student" in m
+    paper = toy_config["experiments"]["paper"]
+    paper["frozen_rule"] = {"statistic": "d_hat", "at_most": 0.1, "fitted_on": {}}
+    assert "experiment 'paper', field 'frozen_rule': the step-0 statistics it decides on are measured on the " \
+           "tiny backend only" in err(toy_config)
+
+
+def test_the_frozen_rule_names_its_prospective_candidates(toy_config):
+    """Every candidate the rule was not fitted on is prospective; a bisected edge's rows count as fitted on."""
+    rule = Experiment.of(toy_config, "toy").frozen_rule
+    assert rule.threshold.admits(rule.threshold.t) and not rule.threshold.admits(rule.threshold.t + 1e-9)
+    assert not rule.prospective("qwen-s", "nvfp4") and not rule.prospective("llama-s", "edge-0p02")
+    assert rule.prospective("qwen-m", "nvfp4") and rule.prospective("qwen-s", "noise-234-redraw")
+
+
 def test_a_value_set_by_config_on_the_command_line_has_no_line_and_its_siblings_keep_theirs(toy_config):
     at = C.Lines([C.ROOT / "config.yaml"], cli={"experiments": {"toy": {"tau": 0.3}}})
     assert at("experiments", "toy", "tau") == "" and at("experiments", "toy", "tau", "x") == ""

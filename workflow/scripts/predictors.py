@@ -97,7 +97,7 @@ def main(inp, out, params):
     t = with_fitted_rule(candidates(step0, store.read_table(inp.admission), store.read_table(inp.verdicts)),
                          statistics)
     parts = [fixed_rules(t), stats.predictor_record(t, statistics)]
-    if params.frozen_rule:
+    if getattr(params, "frozen_rule", None):
         rule = FrozenRule.of(params.frozen_rule)
         t = with_frozen_rule(t, rule)
         parts.append(frozen_record(t, rule))
