@@ -380,9 +380,10 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
 
 
 def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
-    """The frozen admission rule's checks: a step-0 statistic the tiny backend measures, one cut, and candidates
-    it was fitted on that are candidates of this matrix (an engine row other than the baseline, without staleness,
-    naming the student)."""
+    """The frozen admission rule's checks: a step-0 statistic the tiny backend measures, one cut, and no row it
+    was fitted on that is in the matrix but not an admission candidate of its student (an engine row other than
+    the baseline, without staleness, naming the student). A student or row the matrix no longer holds is history:
+    the rule was fitted on it once (a trimmed matrix, a removed row), and the record counts only what is there."""
     from opd.stats import PREDICTORS
     f, where = e["frozen_rule"], f"experiment {exp!r}, field 'frozen_rule"
     errors = []
@@ -394,18 +395,11 @@ def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
         errors.append(f"{where}': give exactly one of at_most (admit at or below) and at_least (admit at or above)")
     first = next(iter(e["students"]))
     rows = {r.name: r for r in matrix}
-    edges = [x for x in e.get("edges", ())]
     for student, names in f["fitted_on"].items():
-        if student not in e["students"]:
-            errors.append(f"{where}.fitted_on.{student}': no such student; known: {sorted(e['students'])}")
-            continue
         for name in names:
             r = rows.get(name)
-            if r is None and any(name.startswith(x["name"] + "-") and student in x["students"] for x in edges):
-                continue  # a row the student's bisected edge added (opd.plan): a noise row, a candidate
-            if r is None:
-                errors.append(f"{where}.fitted_on.{student}': no row {name!r}")
-            elif not (r.in_budget and not r.baseline and not r.staleness) or student not in r.students_or(first):
+            if r is not None and student in e["students"] and (
+                    not (r.in_budget and not r.baseline and not r.staleness) or student not in r.students_or(first)):
                 errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
                               f"{student!r} (an engine row other than the baseline, without staleness, naming it)")
     return errors
