@@ -36,9 +36,11 @@ def paper_panel(ax, rec, summary) -> None:
     report.panel_legend(ax, loc="upper left")
 
 
-def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float) -> None:
+def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen: stats.ProspectiveTest | None) -> None:
     """The fitted rule's statistic (x) against Delta (y) for every candidate with an outcome: colour the training
-    outcome, marker the held-out decision (o admitted, s rejected), the cut as a vertical line."""
+    outcome, marker the held-out decision (o admitted, s rejected), the cut as a vertical line. Where config.yaml
+    freezes a rule, its prospective candidates (decided before their runs) are ringed and its record is the title's
+    last line; its cut is drawn where it decides on the panel's statistic."""
     t = step0[step0["outcome"].isin(["pass", "fail"])]
     x = t[rule.statistic].to_numpy(dtype=float)
     for outcome, color in (("pass", report.PASS_COLOR), ("fail", report.FAIL_COLOR)):
@@ -47,7 +49,15 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float) -> None:
             if m.any():
                 ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker=marker, s=11, color=color,
                            zorder=3, label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'} (held out)")
+    if frozen is not None and "prospective" in t:
+        m = t["prospective"].to_numpy(dtype=bool)
+        if m.any():
+            ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker="o", s=42, facecolors="none",
+                       edgecolors="#000000", linewidths=0.6, zorder=4, label="prospective (frozen rule not fitted on it)")
     ax.axvline(rule.sign * rule.threshold, color=report.NEUTRAL, ls="--", lw=0.7, label=f"admit iff {rule.label}")
+    if frozen is not None and frozen.statistic == rule.statistic and frozen.threshold.t != rule.threshold:
+        ax.axvline(frozen.threshold.sign * frozen.threshold.t, color="#000000", ls=":", lw=0.7,
+                   label=f"frozen: admit iff {frozen.label}")
     ax.axhline(100 * tau, color="#bbbbbb", lw=0.6, ls=":", label=f"τ = {tau:.0%}")
     if (x[np.isfinite(x)] > 0).all():
         ax.set_xscale("log")
@@ -57,22 +67,25 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float) -> None:
     ax.set_xlabel(f"{stats.PREDICTORS.get(rule.statistic, rule.statistic)} at the step-0 student")
     ax.set_ylabel("Δ, paper's estimate (%)")
     ax.set_title(f"A fitted rule (beyond the paper): {rule.n_agree_held_out}/{rule.n_held_out} decisions match "
-                 f"training\nheld out (each fitted without its candidate); {rule.n_agree}/{rule.n} in sample",
-                 fontsize=6)
+                 f"training\nheld out (each fitted without its candidate); {rule.n_agree}/{rule.n} in sample"
+                 + (f"\nfrozen rule ({frozen.label}), prospective: {frozen.n_agree}/{frozen.n} "
+                    f"(paper's rule {frozen.n_agree_paper}/{frozen.n}, admit all {frozen.n_agree_all}/{frozen.n})"
+                    if frozen is not None and frozen.n else ""), fontsize=6)
     report.panel_legend(ax, loc="upper left")
 
 
 def main(inp, out, params):
     rec = store.read_table(inp.admission).dropna(subset=["D"])
     summary = json.loads(open(inp.admission_summary).read())
-    rule = stats.fitted_rule_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else None
+    record = store.read_table(inp.predictors) if hasattr(inp, "predictors") else None
+    rule = stats.fitted_rule_of(record) if record is not None else None
     if rule is None:
         fig, ax = report.figure(height=2.5)
         paper_panel(ax, rec, summary)
     else:
         fig, (a1, a2) = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=2)
         paper_panel(a1, rec, summary)
-        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau)
+        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau, stats.prospective_test_of(record))
     report.save_figure(fig, out.pdf, out.png, inp)
 
 
