@@ -67,6 +67,13 @@ def main(argv=None) -> int:
     v.add_argument("--student", default=None, help="default: every student the row runs")
     v.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
     v.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    cmp_ = sub.add_parser("compare", help="two verdict tables of one experiment row by row (the committed results "
+                          "and a regeneration, say): changed verdicts, Deltas outside the first's interval, and a "
+                          "summary; exit 1 when a second Delta lies outside the first's interval")
+    cmp_.add_argument("first", help="verdicts.parquet, a results directory, or REV:PATH (a git revision's file)")
+    cmp_.add_argument("second", help="the same kinds as FIRST")
+    cmp_.add_argument("--rule", choices=["seeds", "paper"], default="seeds",
+                      help="whose interval and verdict: the seed-aware rule's (default) or the paper's")
     x = sub.add_parser("export", help="per-step and held-out curves of complete runs as TensorBoard event files "
                        "and/or W&B offline runs (one run, a row, or the whole experiment); optional extra: "
                        "pip install -e '.[export]'")
@@ -102,6 +109,13 @@ def main(argv=None) -> int:
             return export.main(args)
         except (C.ConfigError, RuntimeError) as e:
             print(f"opd export: {e}", file=sys.stderr)
+            return 2
+    if args.job == "compare":
+        from opd import compare
+        try:
+            return compare.main(args.first, args.second, args.rule)
+        except (compare.Unreadable, store.DamagedFile) as e:
+            print(f"opd compare: {e}", file=sys.stderr)
             return 2
     if args.job == "verdict":
         from opd import config as C

@@ -501,13 +501,41 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
     return res[cols].sort_values(["student", "config", "draw"], ignore_index=True)
 
 
-RULES = {"paper": ("ci_lo", "ci_hi"), "seeds": ("ci_lo_seeds", "ci_hi_seeds")}  # rule -> its interval's columns
+# rule -> the verdict table's columns of its interval and its verdict (opd.stats.verdict_table), and its name
+RULE_COLUMNS = {"paper": ("ci_lo", "ci_hi", "verdict"), "seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds")}
+RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
+
+
+def regeneration_agreement(first: pd.DataFrame, second: pd.DataFrame, rule: str = "seeds") -> pd.DataFrame:
+    """Two verdict tables of one experiment (opd.stats.verdict_table: the committed results and a regeneration,
+    say), row by row: per (student, config) both Delta and both verdicts under `rule`, `within` (the second Delta
+    lies inside the first's interval: the regeneration reproduced the result within what the first stated), and
+    `z`, the change in log(1 + Delta) over the root sum of squares of both standard errors, each read from its 95%
+    interval on that scale (half its width / 1.96). Where both are independent draws of one result, |z| > 1.96 on
+    about 5% of rows. Reference rows (Delta is 0 by definition) are left out; a row one table lacks is left out
+    (the caller names it); `within` and `z` are NaN where an interval is missing."""
+    lo, hi, verdict = RULE_COLUMNS[rule]
+    cols = ["student", "config", "delta", lo, hi, verdict]
+    own = [f[f["config"] != f["reference"]][cols] for f in (first, second)]
+    t = own[0].merge(own[1], on=["student", "config"], suffixes=("_1", "_2"))
+
+    def se(x):
+        return (np.log1p(t[f"{hi}_{x}"].to_numpy(float)) - np.log1p(t[f"{lo}_{x}"].to_numpy(float))) / (2 * 1.959964)
+
+    d1, d2 = t["delta_1"].to_numpy(float), t["delta_2"].to_numpy(float)
+    known = t[f"{lo}_1"].notna().to_numpy()
+    within = (d2 >= t[f"{lo}_1"].to_numpy(float)) & (d2 <= t[f"{hi}_1"].to_numpy(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (np.log1p(d2) - np.log1p(d1)) / np.hypot(se(1), se(2))
+    return pd.DataFrame({"student": t["student"], "config": t["config"], "delta_1": d1, "delta_2": d2,
+                         "verdict_1": t[f"{verdict}_1"], "verdict_2": t[f"{verdict}_2"],
+                         "within": pd.array(np.where(known, within, pd.NA), dtype="boolean"), "z": z})
 
 
 def rule_fails(verdicts: pd.DataFrame, tau: float, rule: str = "paper") -> pd.Series:
     """Re-apply the fail rule at tau with one rule's interval: True / False, and NA where that rule has no
     interval (the seed-aware rule without enough seeds)."""
-    lo, hi = RULES[rule]
+    lo, hi, _ = RULE_COLUMNS[rule]
     f = pd.Series(fails(verdicts["delta"], verdicts[lo], verdicts[hi], tau), index=verdicts.index, dtype="boolean")
     return f.mask(verdicts[lo].isna())
 
@@ -541,7 +569,7 @@ def budget_table(verdicts: pd.DataFrame, taus) -> pd.DataFrame:
     consistent, and how many configurations pass, fail, or cannot be judged by that rule."""
     rows = []
     for student, v in verdicts.groupby("student"):
-        for rule in RULES:
+        for rule in RULE_COLUMNS:
             for tau in taus:
                 lo, hi = budget_interval(v, tau, rule)
                 f = rule_fails(v, tau, rule)

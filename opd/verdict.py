@@ -23,8 +23,7 @@ from opd import stats, store
 from opd.rows import Row
 from opd.spec import Experiment, FrozenRule, run_id
 
-RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
-RULE_COLUMNS = {"paper": ("ci_lo", "ci_hi", "verdict"), "seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds")}
+RULE_NAMES, RULE_COLUMNS = stats.RULE_NAMES, stats.RULE_COLUMNS
 
 
 def state_path(experiment: str) -> Path:

@@ -574,3 +574,33 @@ def test_a_candidate_without_an_outcome_or_a_statistic_is_left_out_and_counted()
     rec = stats.predictor_record(t, ["s"]).set_index(["statistic", "split", "student"])
     assert rec.loc[("s", "row", "all"), "n"] == 5  # 6 with an outcome, one of them without the statistic
     assert rec.loc[("s", "student", "a"), "n"] == 2 and rec.loc[("s", "student", "b"), "n"] == 3
+
+
+def _verdicts(deltas, half):
+    """A verdict table of one student: a reference row and rows with Delta and a symmetric log-scale interval."""
+    d = np.asarray(deltas, dtype=float)
+    lo, hi = np.expm1(np.log1p(d) - half), np.expm1(np.log1p(d) + half)
+    t = pd.DataFrame({"student": "s", "config": [f"r{i}" for i in range(len(d))], "reference": "ref", "delta": d,
+                      "ci_lo_seeds": lo, "ci_hi_seeds": hi})
+    t["verdict_seeds"] = np.where(stats.fails(d, lo, hi, 0.2), "fail", "pass")
+    ref = pd.DataFrame({"student": ["s"], "config": ["ref"], "reference": ["ref"], "delta": [0.0],
+                        "ci_lo_seeds": [0.0], "ci_hi_seeds": [0.0], "verdict_seeds": ["pass"]})
+    return pd.concat([ref, t], ignore_index=True)
+
+
+def test_regeneration_agreement_finds_about_five_percent_beyond_chance_between_independent_draws():
+    """Two regenerations that are independent draws of one result with the stated noise: about 5% of rows
+    change by more than 1.96 standard errors; a shift of 3 SE in one row is caught and named; the reference
+    row is left out."""
+    rng = np.random.default_rng(0)
+    n, se = 4000, 0.1
+    truth = rng.uniform(-0.1, 0.6, n)
+    a, b = (np.expm1(np.log1p(truth) + rng.normal(0, se, n)) for _ in range(2))
+    t = stats.regeneration_agreement(_verdicts(a, 1.959964 * se), _verdicts(b, 1.959964 * se))
+    assert len(t) == n and "ref" not in set(t["config"])
+    assert abs(np.mean(np.abs(t["z"]) > 1.959964) - 0.05) < 0.012
+    assert np.isclose(np.std(t["z"]), 1.0, atol=0.05)
+    shifted = b.copy()
+    shifted[0] = np.expm1(np.log1p(a[0]) + 3 * np.sqrt(2) * se)
+    t = stats.regeneration_agreement(_verdicts(a, 1.959964 * se), _verdicts(shifted, 1.959964 * se))
+    assert np.isclose(t["z"].iloc[0], 3.0) and not t["within"].iloc[0]

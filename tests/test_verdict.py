@@ -211,3 +211,27 @@ def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("verdict of ")]
     assert len(lines) == 1 and lines[0].startswith("verdict of noise-15: qwen-s: changed: pass (paper's rule)")
     assert json.loads(state.read_text())["noise-15"]["qwen-s"]["paper"] == "fail"  # recorded for the next run
+
+
+def test_compare_names_a_regeneration_that_left_a_row_outside_its_interval(tmp_path):
+    """`opd.cli compare` of the committed verdicts with themselves (as a git revision's file and as a results
+    directory) agrees on every row and exits 0; a regeneration whose Delta left one row's interval is named with
+    both Deltas and exits 1; a side that is none of the three kinds exits 2 naming it."""
+    def compare(*args):
+        return subprocess.run([sys.executable, "-m", "opd.cli", "compare", *args], cwd=ROOT, capture_output=True,
+                              text=True)
+    v = pd.read_parquet(ANALYSIS / "verdicts.parquet")
+    own = v[v["config"] != v["reference"]]
+    r = compare("HEAD:results/toy/analysis/verdicts.parquet", "results/toy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith(f"{len(own)} rows in both: {len(own)} same verdict; ")
+    row = own[own["ci_hi_seeds"].notna()].iloc[0]
+    moved = v.copy()
+    moved.loc[row.name, "delta"] = row["ci_hi_seeds"] + 0.5
+    moved.to_parquet(tmp_path / "verdicts.parquet")
+    r = compare("results/toy", str(tmp_path / "verdicts.parquet"))
+    assert r.returncode == 1
+    assert f"  {row['student']} {row['config']}: " in r.stdout and "outside the first's interval" in r.stdout
+    assert pct(row["ci_hi_seeds"] + 0.5) in r.stdout
+    r = compare("results/toy", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and "nothing: no such file or results directory" in r.stderr

@@ -9,12 +9,10 @@ between them), and so is every row `--config highlight=ROW` names (edge_rows, hi
 import numpy as np
 import pandas as pd
 
-from opd import plotmath, report, scripts, store
+from opd import plotmath, report, scripts, stats, store
 from opd.rows import Row
 
 D_FLOOR = 1e-6  # a run whose mean log-ratio is at or below zero is drawn here on the log axis
-RULE_COLUMNS = {"seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds"), "paper": ("ci_lo", "ci_hi", "verdict")}
-RULE_TITLE = {"seeds": "seed-aware rule", "paper": "paper's rule (problems only)"}
 
 
 def guarded_points(ax, g, v, cols, tau: float):
@@ -60,7 +58,7 @@ def panel(ax, v, budget, tau: float, student: str, guarded=None, highlight=()):
     b = budget[budget["student"] == student]
     seeds_ok = len(b) and (b.loc[b["rule"] == "seeds", "n_unjudged"] == 0).all() and (b["rule"] == "seeds").any()
     rule = "seeds" if seeds_ok else "paper"
-    lo_col, hi_col, verdict_col = RULE_COLUMNS[rule]
+    lo_col, hi_col, verdict_col = stats.RULE_COLUMNS[rule]
     bt = b[(b["rule"] == rule) & np.isclose(b["tau"], tau)]
     if len(bt) and np.isfinite(bt["lo"].iloc[0]) and np.isfinite(bt["hi"].iloc[0]):
         lo, hi = bt["lo"].iloc[0], bt["hi"].iloc[0]
@@ -93,7 +91,7 @@ def panel(ax, v, budget, tau: float, student: str, guarded=None, highlight=()):
     shown = v if guarded is None else pd.concat([v, guarded[[c for c in v.columns if c in guarded.columns]]])
     label_rows(ax, shown, named + [h for h in highlight if h not in named], set(highlight))
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
-    ax.set_title(f"student {student}: {RULE_TITLE[rule]}, {n_runs} seeds per row")
+    ax.set_title(f"student {student}: {stats.RULE_NAMES[rule]}, {n_runs} seeds per row")
     report.panel_legend(ax, loc="upper left", ncol=2, fontsize=5)
 
 

@@ -62,7 +62,7 @@ GUARD_ITEM = ("{config} ({action}): Δ = {delta:+.0%} [{lo:+.0%}, {hi:+.0%}], {v
 GUARD_SPEED = ("measured inside the runs, the cheap engine's steps ran at {cheap_x:.2f}x the fallback's tokens/s and "
                "the guarded run at {run_x:.2f}x (on the cores each run had: staleness buys speed only where its "
                "rollout thread finds a free core, and a regeneration that runs as many jobs as cores leaves none free)")
-RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
+RULE_NAMES = stats.RULE_NAMES
 # The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
 # analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers are typed here, labelled as the paper's.
 MECH_BOUND = ("- **Mechanism: the bias bound** (gradient probes of {student}'s first-seed runs): ‖g_bias‖₁ ≤ "
