@@ -120,6 +120,10 @@ def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model()
     # c ran on one draw only: not judged across draws; b's verdict depends on its draw and is named with each
     assert "1 of 2 comparisons" in line and "s b (draw 0 +30% pass, draw 1 +30% fail, draw 2 +30% fail)" in line
     assert "SD of 0.12" in line and "SD of 0.050 (the draw x configuration" in line and f.draws_sentence(draws[draws["draw"] == 0].assign(draw=0), noise) is None
+    assert "floored" not in line
+    # a pooled interaction estimate at its floor says so rather than stand as a measured zero
+    line = f.draws_sentence(draws, noise.assign(sd_draw_config=0.0))
+    assert "SD of 0.0 (" in line and "at 0 on 1 student: the pooled estimate is floored at 0" in line
 
 
 def test_a_control_student_nearer_its_teacher_is_found_by_its_spec_alone():

@@ -19,7 +19,7 @@ DRAWS = ("- **Base-model draws.** {n_draws} base models per student, each its ow
          "interval covers the draws (their spread, Student-t on the draws' count). The base model alone moves the "
          "standard engine's final held-out KL by an SD of {sd_draw} (log scale) between draws, against {sd_run} "
          "between OPD seeds on one draw; a configuration's Δ moves with the draw by an SD of {sd_dc} (the draw x "
-         "configuration interaction, log scale, pooled over each student's rows). Judged on each draw alone (seed-aware rule, one seed against the "
+         "configuration interaction, log scale, pooled over each student's rows{dc_floor}). Judged on each draw alone (seed-aware rule, one seed against the "
          "reference's on that draw), {n_same} of {n} comparisons with runs on every draw reach the same verdict on "
          "all of them{differ}.")
 CLOSING = ("- **OPD works.** On the standard engine, held-out KL goes from {k0:.4f} to {k1:.4f} on {student}: "
@@ -202,6 +202,7 @@ def draws_sentence(draws: pd.DataFrame, noise: pd.DataFrame) -> str | None:
     span = lambda col: two_digit_span(noise[col].dropna())  # noqa: E731
     return DRAWS.format(n_draws=n_draws, sd_draw=span("sd_draw"), sd_run=span("sd_run"),
                         sd_dc=span("sd_draw_config") if "sd_draw_config" in noise else "–",
+                        dc_floor=draw_config_floor(noise.get("sd_draw_config")),
                         n_same=len(full) - len(split), n=len(full), differ=differ)
 
 
@@ -254,6 +255,14 @@ def distance_sentences(verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: 
 def two_digits(v: float) -> str:
     """Two significant digits (0.70, 7.6, 23): the precision of the mechanism's sentences."""
     return f"{v:#.2g}".rstrip(".") if abs(v) < 10 else f"{v:.0f}"
+
+
+def draw_config_floor(sd) -> str:
+    """The words a zero draw x configuration SD needs: its estimate is unbiased and floored at 0 when pooled
+    (opd.stats.pool_draw_variance), so 0 means the draws' spread of Δ is no larger than their seeds explain."""
+    n = 0 if sd is None else int((pd.Series(sd, dtype=float).dropna() == 0).sum())
+    return "" if not n else (f"; at 0 on {n} student{'s' if n > 1 else ''}: the pooled estimate is floored at 0, the "
+                             f"draws' spread of Δ being no larger than their seeds explain")
 
 
 def two_digit_span(values) -> str:
