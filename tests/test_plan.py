@@ -145,6 +145,34 @@ def test_rows_near_their_students_edge_run_the_near_edge_seeds_and_the_others_do
     assert max(n_off.values()) < 4 and n_off["p1"] == n_off["f3"] == 2  # the rule alone: no row reaches 4
 
 
+def test_the_near_edge_floors_are_worked_out_to_a_fixed_point_as_the_edge_moves(toy_config):
+    """A row floored near the edge can change verdict on its extra seeds, and so move the edge: the floors are
+    worked out again until no new row comes near it. Here `hi` (D 0.030) passes on its first two seeds, above
+    the fail f1 (D 0.016), so the first edge lies between them and floors both; on four seeds `hi` fails, the
+    edge moves between p1 (D 0.010) and f1, and p1, outside the first window, gets its four seeds too."""
+    mu = np.random.default_rng(0).gamma(1.0, 0.05, N)
+    design = {"bf16": (1e-5, [0.0] * 4), "p1": (0.010, [0.0] * 4), "f1": (0.016, [1.0] * 4),
+              "hi": (0.030, [0.12, 0.12, 0.35, 0.35])}  # row: D, Delta per seed (every seed's run exists)
+
+    def result(row, seed):
+        D, deltas = design[row]
+        rng = np.random.default_rng([zlib.crc32(row.encode()), seed])
+        k = mu * (1 + deltas[seed]) * np.exp(rng.normal(0, 0.01)) * np.exp(rng.normal(0, 0.05, N))
+        return P.RunResult(pd.Series(k, index=np.arange(N)), D)
+
+    rows = [{"name": n, "noise_sigma": 0.01 * i, "seeds": "sequential"} for i, n in enumerate(design) if n != "bf16"]
+    rule = {"max_seeds": 4, "start_seeds": 2, "near_edge_seeds": 4, "near_edge_factor": 1.5}
+    given = P.Given({f"{r}.qwen-s.s{s}": result(r, s) for r in design for s in range(4)})
+    end = P.planned(experiment(toy_config, rows=rows, sequential=rule), given).rows
+    no_floor = P.planned(experiment(toy_config, rows=rows, sequential={"max_seeds": 4, "start_seeds": 2}), given).rows
+    assert no_floor[("hi", "qwen-s")].verdict == "pass" and len(no_floor[("hi", "qwen-s")].seeds) == 2
+    assert no_floor[("p1", "qwen-s")].verdict == "pass" and no_floor[("f1", "qwen-s")].verdict == "fail"
+    edge = np.sqrt(0.030 * 0.016)  # the first edge: the largest pass (hi) and the smallest fail (f1)
+    assert 0.010 < edge / 1.5 < 0.016 and 0.030 < edge * 1.5  # p1 lies outside its window, f1 and hi inside
+    assert end[("hi", "qwen-s")].verdict == "fail" and len(end[("hi", "qwen-s")].seeds) == 4
+    assert {n: len(end[(n, "qwen-s")].seeds) for n in ("p1", "f1", "hi")} == {"p1": 4, "f1": 4, "hi": 4}
+
+
 def test_near_edge_seeds_outside_the_rules_range_is_refused(toy_config):
     with pytest.raises(C.ConfigError, match="field 'sequential.near_edge_seeds': 7 is not between start_seeds"):
         experiment(toy_config, rows=[{"name": "x", "noise_sigma": 0.1, "seeds": "sequential"}],
