@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from opd import store  # noqa: E402
+from opd.spec import results_dir  # noqa: E402
 
 
 def timed(fn, repeat):
@@ -49,7 +50,7 @@ def main():
         from opd import dag
         from opd.spec import Experiment
         e = Experiment.of(C.load(), a.experiment)
-        specs = {r: s for r, s in dag.train_specs(e, f"results/{a.experiment}/_models").items() if r in runs}
+        specs = {r: s for r, s in dag.train_specs(e, f"{results_dir(a.experiment)}/_models").items() if r in runs}
         runs = list(specs)
 
         def check(hash_all=False, fresh=False):

@@ -31,6 +31,7 @@ from opd import calibration as cal
 from opd import config as C
 from opd import store
 from opd.rows import Row
+from opd.spec import results_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = "toy"
@@ -97,7 +98,7 @@ def bisected_edges(exp: dict, heldout, noise, n_exp: int) -> dict:
     student's grid. Returns per student edge_runs (the runs the bisection used), grid_runs (the runs of the grid's
     budget rows) and edge_factor: the bisected edge's D over the grid's, or its inverse (>= 1); NaN where either
     has no pass or no fail (then there is no edge to compare)."""
-    path = ROOT / f"results/{EXPERIMENT}/analysis/edges.parquet"
+    path = ROOT / results_dir(EXPERIMENT) / "analysis/edges.parquet"
     if not path.exists():
         print(f"\n3. bisected edges: none committed ({path.relative_to(ROOT)} is missing)")
         return {}
@@ -164,7 +165,7 @@ def main():
     ap.add_argument("--experiments", type=int, default=1000, help="simulated rows per error-rate case")
     args = ap.parse_args()
     exp = C.load()["experiments"][EXPERIMENT]
-    heldout = store.read_table(ROOT / f"results/{EXPERIMENT}/analysis/heldout.parquet")
+    heldout = store.read_table(ROOT / results_dir(EXPERIMENT) / "analysis/heldout.parquet")
     baseline = next(r["name"] for r in exp["rows"] if r.get("baseline"))
     # the noise sizes of the fixed design (the rows config.yaml writes), which the rule's replay and its
     # pre-registered one_seed_ratio are about; the bisected edges' rows are checked against that ratio below

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, Launcher,
-                      MemoryBoundSpec, PredictorSpec, ThroughputSpec, TrainSpec)
+                      MemoryBoundSpec, PredictorSpec, ThroughputSpec, TrainSpec, results_dir)
 
 SPECS: dict[str, type[JobSpec]] = {"train": TrainSpec, "base": BaseSpec, "admission": AdmissionSpec,
                                    "kv-attribution": KVAttributionSpec, "throughput": ThroughputSpec,
@@ -151,7 +151,7 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
         args += ["--config", f"experiment={experiment}"]
     before = None
     for round_ in range(1, max_rounds + 1):
-        p = plan.checked_plan(Experiment.of(cfg, exp), f"results/{exp}")  # the plan the DAG will build
+        p = plan.checked_plan(Experiment.of(cfg, exp), results_dir(exp))  # the plan the DAG will build
         if not p.pending:
             print("\n".join(p.summary()) if p.adaptive else f"calibrate: {exp!r} has no adaptive rows; nothing planned")
             print(f"calibrate: done after {round_ - 1} round(s)", flush=True)
@@ -183,16 +183,16 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment or cfg["experiment"]
     e = plan.experiment(cfg, exp)  # an adaptive design's runs as the DAG plans them
-    specs = dag.train_specs(e, f"results/{exp}/_models")  # as the DAG's (workflow/rules/common.smk)
+    specs = dag.train_specs(e, f"{results_dir(exp)}/_models")  # as the DAG's (workflow/rules/common.smk)
     bases = dag.base_specs(e)
     runs = list(specs)
-    damaged = store.heal_runs(f"results/{exp}", runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
+    damaged = store.heal_runs(results_dir(exp), runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
                               specs=specs, base_specs=bases)
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
           + (f"{len(damaged)} damaged, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
              if damaged else "no damaged run"))
     if record_legacy:
-        recorded = store.record_legacy(f"results/{exp}", runs, specs, bases)
+        recorded = store.record_legacy(results_dir(exp), runs, specs, bases)
         print(f"file or spec hashes written into the run.json or base.json of {len(recorded)} run(s) or base "
               f"models that had none (each after checking its files read and its record agrees with its spec)")
     return 1 if damaged else 0

@@ -20,6 +20,7 @@ import pandas as pd
 
 from opd import config as C
 from opd import progress, store
+from opd.spec import results_dir
 
 SKIP_STEP_COLUMNS = ("step", "seed", "policy_version", "engine_version")  # bookkeeping, not curves
 
@@ -51,11 +52,11 @@ def select(cfg: dict, experiment: str | None = None, run: str | None = None, row
               and (student is None or r.student == student)]
     if run is not None and not chosen:
         raise C.ConfigError(f"experiment {exp!r} has no run {run!r} (run ids are <row>.<student>.s<seed>)")
-    out = [ExportRun(r.run_id, r.name, r.student, r.seed, Path("results") / exp / "runs" / r.run_id) for r in chosen]
+    out = [ExportRun(r.run_id, r.name, r.student, r.seed, Path(results_dir(exp)) / "runs" / r.run_id) for r in chosen]
     done = [r for r in out if store.is_complete(r.folder)]
     if not done:
         raise C.ConfigError(f"none of the {len(out)} selected runs of {exp!r} is complete (no results yet): "
-                            f"`snakemake -c 2 results/{exp}/analysis/verdicts.parquet` trains them")
+                            f"`snakemake -c 2 {results_dir(exp)}/analysis/verdicts.parquet` trains them")
     return done
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 from opd import calibration as cal
 from opd import stats
 from opd.rows import SEQUENTIAL, Row
-from opd.spec import Edge, Experiment, run_id
+from opd.spec import Edge, Experiment, results_dir, run_id
 
 def memo_path(experiment: str) -> str:
     """Where this checkout keeps an experiment's decided rows (Results' memo): not a result, never a job input."""
@@ -451,7 +451,7 @@ def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Ex
     """Experiment `name` of a validated config as the DAG builds it: planned from the results under `out`
     (default results/<name>) where it is adaptive, as it is otherwise."""
     e = Experiment.of(cfg, name)
-    return planned(e, Results(out or f"results/{e.name}", memo_path(e.name))).experiment if e.adaptive else e
+    return planned(e, Results(out or results_dir(e.name), memo_path(e.name))).experiment if e.adaptive else e
 
 
 EDGE_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",

@@ -35,6 +35,12 @@ def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def results_dir(experiment: str) -> str:
+    """Where an experiment's results live, relative to the repository root (as Snakemake's paths): its runs,
+    base models, analysis and job specs."""
+    return f"results/{experiment}"
+
+
 def run_id(row_name: str, student: str, seed: int) -> str:
     """A run's id, `<row>.<student>.s<seed>`: it depends on nothing else, so adding a column to the matrix
     never renames existing results."""

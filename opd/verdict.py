@@ -21,7 +21,7 @@ import pandas as pd
 from opd import config as C
 from opd import stats, store
 from opd.rows import Row
-from opd.spec import Experiment, FrozenRule, run_id
+from opd.spec import Experiment, FrozenRule, results_dir, run_id
 
 RULE_NAMES, RULE_COLUMNS = stats.RULE_NAMES, stats.RULE_COLUMNS
 
@@ -33,17 +33,17 @@ def state_path(experiment: str) -> Path:
 
 def analysis_target(experiment: str) -> str:
     """The smallest target that gives every row a verdict: it trains what is missing, then the analysis."""
-    return f"results/{experiment}/analysis/verdicts.parquet"
+    return f"{results_dir(experiment)}/analysis/verdicts.parquet"
 
 
 def admission_target(experiment: str, row: str, student: str) -> str:
     """The admission check of one row on one student: no training, seconds on the tiny backend."""
-    return f"results/{experiment}/admission/{row}.{student}.parquet"
+    return f"{results_dir(experiment)}/admission/{row}.{student}.parquet"
 
 
 def predictor_target(experiment: str, row: str, student: str) -> str:
     """One row's offline statistics at the step-0 student (tiny backend): no training, seconds."""
-    return f"results/{experiment}/predictors/{row}.{student}.parquet"
+    return f"{results_dir(experiment)}/predictors/{row}.{student}.parquet"
 
 
 def command(target: str) -> str:
@@ -73,7 +73,7 @@ def run_ids(exp: Experiment, row: Row, student: str) -> list[str]:
 
 
 def out_dir(exp: Experiment) -> Path:
-    return Path("results") / exp.name
+    return Path(results_dir(exp.name))
 
 
 # ---------------------------------------------------------------- what one row's verdict is made of

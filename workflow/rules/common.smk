@@ -10,7 +10,7 @@ import sys
 from opd import dag
 from opd import outputs as O
 from opd import store
-from opd.spec import Experiment, run_id
+from opd.spec import Experiment, results_dir, run_id
 
 EXPERIMENT = Experiment.of(config)
 EXP = EXPERIMENT.name
@@ -23,7 +23,7 @@ from opd import plan as P
 PLAN = None
 if EXPERIMENT.adaptive:
     # from checked runs only: the runs a plan reads go through the cache check below first (opd.store.heal_runs)
-    PLAN = P.checked_plan(EXPERIMENT, f"results/{EXP}")
+    PLAN = P.checked_plan(EXPERIMENT, results_dir(EXP))
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
     for line in PLAN.summary():
         print(line, file=sys.stderr, flush=True)
@@ -36,7 +36,7 @@ STUDENT_RANK = dag.student_rank(EXPERIMENT)
 # the student the analysis and figures show first (their `primary`): the primary one, or where no run uses it (every
 # row names other students), the first in the config's order that one does
 SHOWN = next((s for s in EXPERIMENT.students if any(r.student == s for r in RUNS.values())), PRIMARY)
-OUT = f"results/{EXP}"
+OUT = results_dir(EXP)
 FIG = f"figures/{EXP}"
 ANALYSIS = f"{OUT}/analysis"
 # Where training jobs run: written to a file that is not an input, so switching launcher or editing

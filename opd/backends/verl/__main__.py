@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from opd import config as C
-from opd.spec import TrainSpec
+from opd.spec import TrainSpec, results_dir
 
 from . import data
 from .overrides import entry_point, run_overrides
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         return 0
     cfg = C.load(a.config)
     runs = C.runs(cfg, a.experiment)
-    result = {r.run_id: run_overrides(cfg, r, run_dir=f"results/{a.experiment}/runs/{r.run_id}") for r in runs}
+    result = {r.run_id: run_overrides(cfg, r, run_dir=f"{results_dir(a.experiment)}/runs/{r.run_id}") for r in runs}
     if a.json:
         print(json.dumps(result, indent=1))
     else:
