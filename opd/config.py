@@ -381,9 +381,10 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
 
 def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
     """The frozen admission rule's checks: a step-0 statistic the tiny backend measures, one cut, and no row it
-    was fitted on that is in the matrix but not an admission candidate of its student (an engine row other than
-    the baseline, without staleness, naming the student). A student or row the matrix no longer holds is history:
-    the rule was fitted on it once (a trimmed matrix, a removed row), and the record counts only what is there."""
+    was fitted on that is in the matrix but cannot be an admission candidate (the baseline, a staleness row, a row
+    outside the budget). A student or row the matrix no longer holds, or a row that no longer names the student,
+    is history: the rule was fitted on it once (a trimmed matrix, a removed row), and the record counts only what
+    is there."""
     from opd.stats import PREDICTORS
     f, where = e["frozen_rule"], f"experiment {exp!r}, field 'frozen_rule"
     errors = []
@@ -393,15 +394,13 @@ def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
         errors.append(f"{where}.statistic': {f['statistic']!r} is not a step-0 statistic; known: {sorted(PREDICTORS)}")
     if ("at_most" in f) == ("at_least" in f):
         errors.append(f"{where}': give exactly one of at_most (admit at or below) and at_least (admit at or above)")
-    first = next(iter(e["students"]))
     rows = {r.name: r for r in matrix}
     for student, names in f["fitted_on"].items():
         for name in names:
             r = rows.get(name)
-            if r is not None and student in e["students"] and (
-                    not (r.in_budget and not r.baseline and not r.staleness) or student not in r.students_or(first)):
+            if r is not None and not (r.in_budget and not r.baseline and not r.staleness):
                 errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
-                              f"{student!r} (an engine row other than the baseline, without staleness, naming it)")
+                              f"{student!r} (an engine row other than the baseline, without staleness)")
     return errors
 
 

@@ -246,10 +246,9 @@ class FrozenRule(Written):
         return {**super().written(), "fitted_on": {s: list(r) for s, r in self.fitted_on}}
 
     @property
-    def threshold(self):
-        """The rule as opd.stats.Threshold (admit iff sign * x <= t)."""
-        from opd.stats import Threshold
-        return Threshold(1, self.at_most) if self.at_most is not None else Threshold(-1, -self.at_least)
+    def cut_at(self) -> tuple[int, float]:
+        """(sign, t): admit iff sign * x <= t (opd.stats.Threshold.of makes the rule of it)."""
+        return (1, self.at_most) if self.at_most is not None else (-1, -self.at_least)
 
     def prospective(self, student: str, row: str) -> bool:
         """Whether the candidate (row, student) was not among those the rule was fitted on."""

@@ -921,6 +921,11 @@ class Threshold(NamedTuple):
     def admits(self, x) -> np.ndarray:
         return self.sign * np.asarray(x, dtype=float) <= self.t
 
+    @classmethod
+    def of(cls, rule: spec.FrozenRule) -> "Threshold":
+        """A frozen rule's cut (config.yaml's frozen_rule) as a Threshold."""
+        return cls(*rule.cut_at)
+
     @property
     def cut(self) -> str:
         """The admitted side of the cut: "≤ 1.41"."""

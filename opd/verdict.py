@@ -173,13 +173,13 @@ class FrozenDecision:
 
     @property
     def admit(self) -> bool:
-        return bool(self.rule.threshold.admits(self.value))
+        return bool(stats.Threshold.of(self.rule).admits(self.value))
 
     def text(self, student: str, row: str) -> str:
         how = ("prospective: decided before this candidate's runs (not among those it was fitted on)"
                if self.rule.prospective(student, row) else "fitted on this candidate")
         return (f"{stats.PREDICTORS.get(self.rule.statistic, self.rule.statistic)} = {_g(self.value)}, admitted iff "
-                f"{self.rule.threshold.cut}: {'admit' if self.admit else 'reject'} ({how})")
+                f"{stats.Threshold.of(self.rule).cut}: {'admit' if self.admit else 'reject'} ({how})")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ import copy
 import pytest
 
 from opd import config as C
+from opd import stats
 from opd.rows import Row
 from opd.spec import Experiment
 
@@ -362,12 +363,15 @@ def test_a_trimmed_matrix_keeps_its_frozen_rule_valid(toy_config):
     e["rows"] = [r for r in e["rows"] if r.get("baseline") or r["name"] == "fp8w"]
     e.pop("edges", None)
     C.validate(toy_config)
+    next(r for r in e["rows"] if r["name"] == "fp8w")["students"] = ["qwen-m"]  # a sub-matrix of one student
+    C.validate(toy_config)
 
 
 def test_the_frozen_rule_names_its_prospective_candidates(toy_config):
     """Every candidate the rule was not fitted on is prospective; a bisected edge's rows count as fitted on."""
     rule = Experiment.of(toy_config, "toy").frozen_rule
-    assert rule.threshold.admits(rule.threshold.t) and not rule.threshold.admits(rule.threshold.t + 1e-9)
+    th = stats.Threshold.of(rule)
+    assert th.admits(th.t) and not th.admits(th.t + 1e-9)
     assert not rule.prospective("qwen-s", "nvfp4") and not rule.prospective("llama-s", "edge-0p02")
     assert rule.prospective("qwen-m", "nvfp4") and rule.prospective("qwen-s", "noise-234-redraw")
 
@@ -376,3 +380,10 @@ def test_a_value_set_by_config_on_the_command_line_has_no_line_and_its_siblings_
     at = C.Lines([C.ROOT / "config.yaml"], cli={"experiments": {"toy": {"tau": 0.3}}})
     assert at("experiments", "toy", "tau") == "" and at("experiments", "toy", "tau", "x") == ""
     assert at("experiments", "toy", "rows", 0).startswith("config.yaml line ")
+
+
+def test_a_bootstrap_too_large_to_compute_is_refused_naming_its_field(toy_config):
+    """A huge resamples count would be accepted and then exhaust memory when the plan computes its first interval
+    (the config fuzz found it): it is refused before any job, naming the field."""
+    toy_config["experiments"]["toy"]["bootstrap"]["resamples"] = 10_000 * 10**9
+    assert "experiment 'toy', field 'bootstrap.resamples': 10000000000000 is greater than the maximum" in err(toy_config)

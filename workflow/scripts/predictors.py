@@ -60,7 +60,7 @@ def with_frozen_rule(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
     decision was fixed before the candidate's runs) and `frozen_agrees` (NaN without an outcome)."""
     t = t.copy()
     x = pd.to_numeric(t[rule.statistic], errors="coerce").to_numpy(dtype=float)
-    admit = np.where(np.isfinite(x), rule.threshold.admits(x), np.nan)
+    admit = np.where(np.isfinite(x), stats.Threshold.of(rule).admits(x), np.nan)
     passed = (t["outcome"] == "pass").to_numpy()
     decided = t["outcome"].isin(["pass", "fail"]).to_numpy() & np.isfinite(admit)
     t["frozen_admit"] = admit
@@ -86,7 +86,7 @@ def frozen_record(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
             rows.append({"statistic": name, "split": split, "student": "all", "n": len(c),
                          "n_agree": int(agree.sum()), "accuracy": float(agree.mean()) if len(c) else float("nan"),
                          "spearman": float("nan"), "n_pass": int(passed.sum()),
-                         **({"chosen": rule.statistic, "sign": rule.threshold.sign, "threshold": rule.threshold.t}
+                         **({"chosen": rule.statistic, "sign": rule.cut_at[0], "threshold": rule.cut_at[1]}
                             if name == "frozen_rule" else {})})
     return pd.DataFrame(rows)
 
