@@ -47,18 +47,15 @@ def _pct(x: float) -> str:
 def render(first: pd.DataFrame, second: pd.DataFrame, rule: str, names: tuple[str, str]) -> tuple[list[str], bool]:
     """The report's lines, and whether every second Delta lies inside the first's interval."""
     t = stats.regeneration_agreement(first, second, rule)
-    lo, hi, _ = stats.RULE_COLUMNS[rule]
-    ivl = first.set_index(["student", "config"])[[lo, hi]]
     keys = [set(map(tuple, f[f["config"] != f["reference"]][["student", "config"]].to_numpy())) for f in (first, second)]
     same = t["verdict_1"].eq(t["verdict_2"]).to_numpy()
     outside = t["within"].eq(False).to_numpy()
     lines = [f"{stats.RULE_NAMES[rule]}: {names[0]} -> {names[1]}"]
     for i in np.flatnonzero(~same | outside):
         r = t.iloc[i]
-        a, b = ivl.loc[(r.student, r.config)]
         why = [w for w, on in (("verdict changed", not same[i]), ("outside the first's interval", outside[i])) if on]
         lines.append(f"  {r.student} {r.config}: {r.verdict_1} -> {r.verdict_2}, Δ {_pct(r.delta_1)} "
-                     f"[{_pct(a)}, {_pct(b)}] -> {_pct(r.delta_2)} (z = {r.z:+.1f}): {', '.join(why)}")
+                     f"[{_pct(r.ci_lo_1)}, {_pct(r.ci_hi_1)}] -> {_pct(r.delta_2)} (z = {r.z:+.1f}): {', '.join(why)}")
     for side, only in (("first", keys[0] - keys[1]), ("second", keys[1] - keys[0])):
         if only:
             lines.append(f"  only in the {side}: " + ", ".join(f"{s} {c}" for s, c in sorted(only)))
@@ -66,7 +63,7 @@ def render(first: pd.DataFrame, second: pd.DataFrame, rule: str, names: tuple[st
     n_z = int(np.isfinite(z).sum())
     n_in = int(t["within"].notna().sum())
     lines.append(f"{len(t)} rows in both: {int(same.sum())} same verdict; {n_in - int(outside.sum())} of {n_in} "
-                 f"second Δ inside the first's interval; {int((np.abs(z) > 1.959964).sum())} of {n_z} changes beyond "
+                 f"second Δ inside the first's interval; {int((np.abs(z) > stats.Z95).sum())} of {n_z} changes beyond "
                  f"1.96 SE ({0.05 * n_z:.1f} expected by chance)")
     return lines, not outside.any()
 

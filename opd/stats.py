@@ -504,13 +504,14 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
 # rule -> the verdict table's columns of its interval and its verdict (opd.stats.verdict_table), and its name
 RULE_COLUMNS = {"paper": ("ci_lo", "ci_hi", "verdict"), "seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds")}
 RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
+Z95 = 1.959964  # the standard normal's 97.5% point: a 95% interval is +- Z95 standard errors
 
 
 def regeneration_agreement(first: pd.DataFrame, second: pd.DataFrame, rule: str = "seeds") -> pd.DataFrame:
     """Two verdict tables of one experiment (opd.stats.verdict_table: the committed results and a regeneration,
     say), row by row: per (student, config) both Delta and both verdicts under `rule`, `within` (the second Delta
     lies inside the first's interval: the regeneration reproduced the result within what the first stated), and
-    `z`, the change in log(1 + Delta) over the root sum of squares of both standard errors, each read from its 95%
+    `ci_lo_1`, `ci_hi_1` (the first's interval), `z`, the change in log(1 + Delta) over the root sum of squares of both standard errors, each read from its 95%
     interval on that scale (half its width / 1.96). Where both are independent draws of one result, |z| > 1.96 on
     about 5% of rows. Reference rows (Delta is 0 by definition) are left out; a row one table lacks is left out
     (the caller names it); `within` and `z` are NaN where an interval is missing."""
@@ -520,7 +521,7 @@ def regeneration_agreement(first: pd.DataFrame, second: pd.DataFrame, rule: str 
     t = own[0].merge(own[1], on=["student", "config"], suffixes=("_1", "_2"))
 
     def se(x):
-        return (np.log1p(t[f"{hi}_{x}"].to_numpy(float)) - np.log1p(t[f"{lo}_{x}"].to_numpy(float))) / (2 * 1.959964)
+        return (np.log1p(t[f"{hi}_{x}"].to_numpy(float)) - np.log1p(t[f"{lo}_{x}"].to_numpy(float))) / (2 * Z95)
 
     d1, d2 = t["delta_1"].to_numpy(float), t["delta_2"].to_numpy(float)
     known = t[f"{lo}_1"].notna().to_numpy()
@@ -528,6 +529,7 @@ def regeneration_agreement(first: pd.DataFrame, second: pd.DataFrame, rule: str 
     with np.errstate(invalid="ignore", divide="ignore"):
         z = (np.log1p(d2) - np.log1p(d1)) / np.hypot(se(1), se(2))
     return pd.DataFrame({"student": t["student"], "config": t["config"], "delta_1": d1, "delta_2": d2,
+                         "ci_lo_1": t[f"{lo}_1"].to_numpy(float), "ci_hi_1": t[f"{hi}_1"].to_numpy(float),
                          "verdict_1": t[f"{verdict}_1"], "verdict_2": t[f"{verdict}_2"],
                          "within": pd.array(np.where(known, within, pd.NA), dtype="boolean"), "z": z})
 
