@@ -133,13 +133,13 @@ def admission_spec(e: Experiment, row: Row, student: str, base: dict[str, str]) 
 
 def predictor_spec(e: Experiment, row: Row, student: str, base: dict[str, str]) -> PredictorSpec:
     """A candidate engine's step-0 statistics: the probes' prompts and probe seed (probes), the admission check's
-    seed for the engine's own randomness."""
+    seed for the engine's own randomness, a training run's steps as the run-horizon error's horizon."""
     if e.backend != "tiny":
         raise ValueError(f"experiment {e.name}: the step-0 predictor statistics are exact sums over the tiny "
                          f"backend's vocabulary; the {e.backend} backend has no such job (docs/methods.md)")
     p = probes(e)
     return PredictorSpec(**_offline(e, student, base), row=Row.of(row.params()), probes=p.with_(steps=(0,), extra_seeds=()),
-                         seed=e.admission.seed)
+                         seed=e.admission.seed, horizon=e.train.steps)
 
 
 def kv_attribution_spec(e: Experiment, student: str, base: dict[str, str], recipes) -> KVAttributionSpec:

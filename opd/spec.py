@@ -716,11 +716,13 @@ class AdmissionSpec(_OfflineSpec):
 class PredictorSpec(_OfflineSpec):
     """The offline statistics of one row's engine on one student at its step-0 weights (the mechanism probes'
     quantities at one probe point, opd.backends.tiny.probes.step0_statistics): what might predict training's
-    outcome before any training. Engine randomness (a noise direction) drawn with `seed`, as the admission check's."""
+    outcome before any training. Engine randomness (a noise direction) drawn with `seed`, as the admission check's;
+    `horizon`, a training run's steps, is the horizon of the run-horizon error (T_run_U_param)."""
     KIND = "predictors"
     row: Row
     probes: Probes
     seed: int
+    horizon: int
 
     @property
     def name(self) -> str:

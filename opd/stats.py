@@ -911,7 +911,7 @@ PREDICTORS: dict[str, str] = {
     "tv": "total variation", "kl_qp_rel": "KL(q‖p) / KL(p‖teacher)", "coherence": "bias coherence",
     "T_U_logit": "T / U (logit)", "T_U_param": "T / U (param)", "S_U_param": "S / U (param)",
     "E_U_logit": "(T+S) / U (logit)", "E_U_param": "(T+S) / U (param)", "cos_TU_param": "cos(T, U) (param)",
-    "T_persist_U_param": "persistent T / U (param)",
+    "T_persist_U_param": "persistent T / U (param)", "T_run_U_param": "run-horizon T / U (param)",
 }
 
 

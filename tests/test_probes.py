@@ -169,15 +169,38 @@ def test_step0_statistics_are_zero_for_the_trainers_own_engine_and_see_a_redrawn
     from opd.spec import Probes
     student, teacher = models
     probe = Probes.of({"prompts": 8, "responses": 2, "probe_seed": 0, "steps": [0]})
-    same = P.step0_statistics(Numerics(dtype=torch.float32), student, teacher, probe, 0)
+    same = P.step0_statistics(Numerics(dtype=torch.float32), student, teacher, probe, 0, 100)
     assert same["tv"] < 1e-6 and same["T_U_param"] < 1e-4 and same["kl_qp_rel"] < 1e-6
-    fixed = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1), student, teacher, probe, 0)
+    fixed = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1), student, teacher, probe, 0, 100)
     assert fixed["tv"] > 1e-3 and fixed["T_U_param"] > 1e-2 and 0 < fixed["coherence"] <= 1
     assert fixed["T_persist_U_param"] == fixed["T_U_param"]
     assert fixed["E_U_param"] <= fixed["T_U_param"] + fixed["S_U_param"] + 1e-9  # the triangle inequality
     assert -1 <= fixed["cos_TU_param"] <= 1
-    redrawn = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1, noise_redraw=True), student, teacher, probe, 0)
+    redrawn = P.step0_statistics(Numerics(noise_sigma=0.3, noise_seed=1, noise_redraw=True), student, teacher, probe, 0, 100)
     assert redrawn["T_persist_U_param"] < 0.9 * redrawn["T_U_param"]
+    assert fixed["T_run_U_param"] == fixed["T_U_param"] and redrawn["T_run_U_param"] < 0.9 * redrawn["T_U_param"]
+
+
+def test_run_horizon_norm_estimates_the_norm_of_a_long_average_from_a_few_draws():
+    """The run-horizon error: a fixed vector gives its norm at any horizon; for T_i = mu + e_i its square estimates
+    ||mu||^2 + tr(Sigma) / N (over many simulated sets of 16 draws: unbiased with a persistent part, biased up by the
+    floor at 0 without one, yet far below one draw's error), so a redrawn direction keeps only its persistent part."""
+    v = torch.tensor([3.0, -4.0, 0.0])
+    assert P.run_horizon_norm(v.repeat(5, 1), 100) == pytest.approx(5.0)
+    with pytest.raises(ValueError, match="at least 2 draws"):
+        P.run_horizon_norm(v[None], 100)
+    rng = np.random.default_rng(0)
+    dim, m, N, sd = 50, 16, 100, 1.0
+    for mu_norm in (0.0, 2.0):
+        mu = np.zeros(dim)
+        mu[0] = mu_norm
+        target = mu_norm ** 2 + dim * sd ** 2 / N
+        sq = [P.run_horizon_norm(torch.tensor(mu + sd * rng.standard_normal((m, dim))), N) ** 2 for _ in range(2000)]
+        one_draw = mu_norm ** 2 + dim * sd ** 2
+        if mu_norm > 0:  # unbiased where the floor at 0 is never reached
+            assert np.mean(sq) == pytest.approx(target, rel=0.05)
+        else:  # the floor biases it up (by ~0.4 of ||mu||^2's estimation SD), still far below one draw's error
+            assert target < np.mean(sq) < 0.05 * one_draw
 
 
 # ---------------------------------------------------------------- a probed run and the stage

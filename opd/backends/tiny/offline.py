@@ -68,7 +68,7 @@ def predictors_job(spec: PredictorSpec, out: Path) -> None:
     set_threads(spec)
     t = time.perf_counter()
     values = step0_statistics(Numerics.of_row(spec.row, spec.seed), M.load(spec.student_path),
-                              M.load(spec.teacher_path), spec.probes, spec.task_seed)
+                              M.load(spec.teacher_path), spec.probes, spec.task_seed, spec.horizon)
     row = {"config": spec.row.name, "student": spec.student, **values, "seconds": time.perf_counter() - t}
     store.write_table(pd.DataFrame([row]), out)
     progress.done(f"predictors {spec.name}", [out], t)

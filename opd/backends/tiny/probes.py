@@ -82,6 +82,7 @@ from .task import RESPONSE_LEN, calibration_batch, make_task
 
 PROBE_STREAM = 15  # the probes' own random stream (prompts, sampling, subsample), apart from training's
 PERSIST_STEPS = 4  # step0_statistics: the steps whose engines a redrawn-noise row's persistence averages over
+RUN_DRAWS = 16  # step0_statistics: the steps' engines from which a redrawn-noise row's run-horizon error is estimated
 
 
 # ---------------------------------------------------------------- exact per-prefix terms
@@ -364,8 +365,23 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() @ b.double()) / n) if n > 0 else float("nan")
 
 
+def run_horizon_norm(T: torch.Tensor, horizon: int) -> float:
+    """|| the mean of `horizon` steps' per-token errors ||, expected, from m >= 2 steps' errors T (rows, independent
+    draws of the engine's noise direction): with T_i = mu + e_i, E ||mean of N||^2 = ||mu||^2 + tr(Sigma) / N, where
+    ||mu||^2 is estimated without bias by ||mean T||^2 - tr(Sigma_hat) / m (floored at 0) and tr(Sigma_hat) is the
+    sample covariance's trace (m - 1 degrees of freedom). The same vector in every row gives its norm."""
+    T = T.double()
+    m = T.shape[0]
+    if m < 2:
+        raise ValueError(f"run_horizon_norm needs at least 2 draws of the error, got {m}")
+    mean = T.mean(0)
+    tr = float(((T - mean) ** 2).sum(1).sum()) / (m - 1)
+    mu2 = max(_norm(mean) ** 2 - tr / m, 0.0)
+    return float(np.sqrt(mu2 + tr / horizon))
+
+
 def step0_statistics(numerics: Numerics, student: M.Decoder, teacher: M.Decoder, probe: Probes | Mapping,
-                     task_seed: int) -> dict:
+                     task_seed: int, horizon: int) -> dict:
     """Offline statistics of one engine (`numerics`) at the step-0 student, before any training: one probe point
     (probe_point, engine and trainer on the same weights) at probe.probe_seed. Besides its quantities:
       tv           mean total variation 1/2 ||q - p||_1 per prefix;
@@ -377,7 +393,10 @@ def step0_statistics(numerics: Numerics, student: M.Decoder, teacher: M.Decoder,
       T_U_*, S_U_*, E_U_*   T, S, E over the ideal update U;
       cos_TU_*     the cosine of the per-token error with the ideal update (negative: it opposes learning);
       T_persist_U_param   || the per-token error averaged over the first PERSIST_STEPS steps' engines || / U: T / U
-                   when the engine is the same at every step, smaller when its noise direction is redrawn."""
+                   when the engine is the same at every step, smaller when its noise direction is redrawn;
+      T_run_U_param       the expected || per-token error averaged over a run's `horizon` steps || / U, estimated
+                   from the first RUN_DRAWS steps' engines (run_horizon_norm): T / U for a fixed engine; for a
+                   redrawn direction, the persistent part of the error plus what `horizon` steps leave of the rest."""
     probe = Probes.of(probe)
     train, _ = make_task(task_seed)
     idx = np.repeat(np.random.default_rng([probe.probe_seed, PROBE_STREAM]).choice(len(train), probe.prompts,
@@ -391,11 +410,13 @@ def step0_statistics(numerics: Numerics, student: M.Decoder, teacher: M.Decoder,
     # vector at every step unless the noise direction is redrawn)
     redrawn = numerics.noise_redraw and numerics.noise_sigma > 0
     T_steps = [vec["param"]["T"]]
-    for step in range(1, PERSIST_STEPS if redrawn else 1):
+    for step in range(1, RUN_DRAWS if redrawn else 1):
         at = dataclasses.replace(numerics, noise_seed=numerics.noise_seed_at(step), noise_redraw=False)
         T_steps.append(probe_point(dataclasses.replace(point, numerics=at), state, state, student.cfg, teacher, train,
                                    fixed).vectors["param"]["T"])
-    out["T_persist_U_param"] = _norm(torch.stack(T_steps).mean(0)) / out["U_param"]
+    T_steps = torch.stack(T_steps)
+    out["T_persist_U_param"] = _norm(T_steps[:PERSIST_STEPS].mean(0)) / out["U_param"]
+    out["T_run_U_param"] = (run_horizon_norm(T_steps, horizon) if redrawn else out["T_param"]) / out["U_param"]
     out.update(tv=out["delta_l1"] / 2, kl_qp_rel=out["kl_qp"] / out["kl_pt"],
                coherence=out["T_logit"] / out["opd_bias_mean"] if out["opd_bias_mean"] > 0 else float("nan"))
     for space, v in vec.items():
