@@ -368,8 +368,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                     errors.append(f"{row_label(exp, i, r['name'], lines)}, field {field!r}: verl backend: {why}")
         if matrix and len(baselines) == 1:
             errors += adaptive_errors(exp, e, matrix, lines)
-        if "frozen_rule" in e:
-            errors += frozen_rule_errors(exp, e, matrix)
+        errors += frozen_rules_errors(exp, e, matrix)
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
             missing = set(students) - set(base.students_or(first))
@@ -379,28 +378,34 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
     return errors
 
 
-def frozen_rule_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
-    """The frozen admission rule's checks: a step-0 statistic the tiny backend measures, one cut, and no row it
-    was fitted on that is in the matrix but cannot be an admission candidate (the baseline, a staleness row, a row
-    outside the budget). A student or row the matrix no longer holds, or a row that no longer names the student,
-    is history: the rule was fitted on it once (a trimmed matrix, a removed row), and the record counts only what
-    is there."""
+def frozen_rules_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
+    """The frozen admission rules' checks: names unique; each a step-0 statistic the tiny backend measures, one
+    cut, and no row it was fitted on that is in the matrix but cannot be an admission candidate (the baseline, a
+    staleness row, a row outside the budget). A student or row the matrix no longer holds, or a row that no longer
+    names the student, is history: the rule was fitted on it once (a trimmed matrix, a removed row), and the record
+    counts only what is there."""
     from opd.stats import PREDICTORS
-    f, where = e["frozen_rule"], f"experiment {exp!r}, field 'frozen_rule"
-    errors = []
-    if e.get("backend") != "tiny":
-        errors.append(f"{where}': the step-0 statistics it decides on are measured on the tiny backend only")
-    if f["statistic"] not in PREDICTORS:
-        errors.append(f"{where}.statistic': {f['statistic']!r} is not a step-0 statistic; known: {sorted(PREDICTORS)}")
-    if ("at_most" in f) == ("at_least" in f):
-        errors.append(f"{where}': give exactly one of at_most (admit at or below) and at_least (admit at or above)")
-    rows = {r.name: r for r in matrix}
-    for student, names in f["fitted_on"].items():
-        for name in names:
-            r = rows.get(name)
-            if r is not None and not (r.in_budget and not r.baseline and not r.staleness):
-                errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
-                              f"{student!r} (an engine row other than the baseline, without staleness)")
+    errors, seen = [], set()
+    for i, f in enumerate(e.get("frozen_rules") or ()):
+        where = f"experiment {exp!r}, field 'frozen_rules[{i}]"
+        if f["name"] in seen:
+            errors.append(f"{where}.name': {f['name']!r} names an earlier rule too; each rule needs its own name")
+        seen.add(f["name"])
+        if e.get("backend") != "tiny":
+            errors.append(f"{where}': the step-0 statistics it decides on are measured on the tiny backend only")
+        if f["statistic"] not in PREDICTORS:
+            errors.append(f"{where}.statistic': {f['statistic']!r} is not a step-0 statistic; known: "
+                          f"{sorted(PREDICTORS)}")
+        if ("at_most" in f) == ("at_least" in f):
+            errors.append(f"{where}': give exactly one of at_most (admit at or below) and at_least (admit at or "
+                          f"above)")
+        rows = {r.name: r for r in matrix}
+        for student, names in f["fitted_on"].items():
+            for name in names:
+                r = rows.get(name)
+                if r is not None and not (r.in_budget and not r.baseline and not r.staleness):
+                    errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
+                                  f"{student!r} (an engine row other than the baseline, without staleness)")
     return errors
 
 

@@ -229,10 +229,12 @@ class Admission(Written):
 
 @dataclass(frozen=True)
 class FrozenRule(Written):
-    """A second admission rule fixed in config.yaml (tiny backend; beyond the paper): admit a candidate engine iff
-    its step-0 `statistic` (a key of opd.stats.PREDICTORS) is at most `at_most` (or at least `at_least`). It was
-    fitted on the candidates `fitted_on` names (student -> rows); every other candidate is decided before its runs
-    train, so its agreement with training is a prospective test of the rule, not a fit."""
+    """An admission rule beside the paper's, fixed in config.yaml's `frozen_rules` (tiny backend; beyond the paper)
+    under its `name`: admit a candidate engine iff its step-0 `statistic` (a key of opd.stats.PREDICTORS) is at most
+    `at_most` (or at least `at_least`). It was fitted on the candidates `fitted_on` names (student -> rows); every
+    other candidate is decided before its runs train, so its agreement with training is a prospective test of the
+    rule, not a fit. Rules are only ever added: an earlier rule keeps its record when a later one is refitted."""
+    name: str
     statistic: str
     fitted_on: tuple[tuple[str, tuple[str, ...]], ...]  # ((student, rows), ...): config.yaml's mapping, frozen
     at_most: float | None = None
@@ -437,7 +439,7 @@ class Experiment:
     rows: tuple[Row, ...]
     launcher: Launcher = Launcher()  # the site's Slurm settings overlaid by the experiment's
     rl_collapse: RLCollapse = RLCollapse()
-    frozen_rule: FrozenRule | None = None  # a second admission rule fixed before its prospective candidates ran
+    frozen_rules: tuple[FrozenRule, ...] = ()  # admission rules fixed before their prospective candidates ran
     kv_attribution: KVAttribution = KVAttribution()
     infra: Infra = Infra()
     verl: Verl | None = None
@@ -466,7 +468,8 @@ class Experiment:
             launcher=Launcher.of({"launcher": cfg.get("launcher", "local"),
                                   "slurm": {**(cfg.get("slurm") or {}), **e.get("slurm", {})}}, f"{where}, slurm"),
             rl_collapse=RLCollapse.of(e.get("rl_collapse"), f"{where}, rl_collapse"),
-            frozen_rule=FrozenRule.of(e["frozen_rule"], f"{where}, frozen_rule") if "frozen_rule" in e else None,
+            frozen_rules=tuple(FrozenRule.of(r, f"{where}, frozen_rules[{i}]")
+                               for i, r in enumerate(e.get("frozen_rules") or ())),
             kv_attribution=KVAttribution.of(e.get("kv_attribution"), f"{where}, kv_attribution"),
             infra=Infra.of(e.get("infra"), f"{where}, infra"),
             verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"),

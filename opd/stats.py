@@ -925,7 +925,7 @@ class Threshold(NamedTuple):
 
     @classmethod
     def of(cls, rule: spec.FrozenRule) -> "Threshold":
-        """A frozen rule's cut (config.yaml's frozen_rule) as a Threshold."""
+        """A frozen rule's cut (one of config.yaml's frozen_rules) as a Threshold."""
         return cls(*rule.cut_at)
 
     @property
@@ -1081,10 +1081,11 @@ def rule_label(statistic: str, threshold: Threshold) -> str:
 
 
 class ProspectiveTest(NamedTuple):
-    """A frozen admission rule's record (analysis/predictors.parquet, split `prospective` and `fitted_on`; read by
-    prospective_test_of): on the `n` candidates it was not fitted on, decided before their runs, it agrees with
-    training on `n_agree`, the paper's rule on `n_agree_paper` and admitting every candidate on `n_agree_all`; on
-    the `n_fitted_on` candidates it was fitted on it agrees on `n_agree_fitted_on`."""
+    """A frozen admission rule's record (analysis/predictors.parquet, split `prospective` and `fitted_on`, column
+    `rule` = `name`; read by prospective_tests_of): on the `n` candidates it was not fitted on, decided before their
+    runs, it agrees with training on `n_agree`, the paper's rule on `n_agree_paper` and admitting every candidate on
+    `n_agree_all`; on the `n_fitted_on` candidates it was fitted on it agrees on `n_agree_fitted_on`."""
+    name: str
     statistic: str
     threshold: Threshold
     n: int
@@ -1099,17 +1100,22 @@ class ProspectiveTest(NamedTuple):
         return rule_label(self.statistic, self.threshold)
 
 
-def prospective_test_of(record: pd.DataFrame) -> ProspectiveTest | None:
-    """The frozen rule's prospective test in a predictor record, or None where the experiment has no frozen rule."""
-    r = record[record["split"].isin(["prospective", "fitted_on"]) & (record["student"] == "all")]
-    if not len(r):
-        return None
-    r = r.set_index(["split", "statistic"])
-    own = r.loc[("prospective", "frozen_rule")]
-    fit = r.loc[("fitted_on", "frozen_rule")]
-    return ProspectiveTest(str(own["chosen"]), Threshold(int(own["sign"]), float(own["threshold"])), int(own["n"]),
-                           int(own["n_agree"]), int(r.loc[("prospective", "paper_rule"), "n_agree"]),
-                           int(r.loc[("prospective", "admit_all"), "n_agree"]), int(fit["n"]), int(fit["n_agree"]))
+def prospective_tests_of(record: pd.DataFrame) -> tuple[ProspectiveTest, ...]:
+    """Each frozen rule's prospective test in a predictor record, in config.yaml's order (none where the experiment
+    froze no rule)."""
+    if "rule" not in record:
+        return ()
+    r = record[record["split"].isin(["prospective", "fitted_on"]) & (record["student"] == "all")
+               & record["rule"].notna()]
+    tests = []
+    for name in dict.fromkeys(r["rule"]):
+        q = r[r["rule"] == name].set_index(["split", "statistic"])
+        own, fit = q.loc[("prospective", "frozen_rule")], q.loc[("fitted_on", "frozen_rule")]
+        tests.append(ProspectiveTest(str(name), str(own["chosen"]), Threshold(int(own["sign"]), float(own["threshold"])),
+                                     int(own["n"]), int(own["n_agree"]), int(q.loc[("prospective", "paper_rule"), "n_agree"]),
+                                     int(q.loc[("prospective", "admit_all"), "n_agree"]), int(fit["n"]),
+                                     int(fit["n_agree"])))
+    return tuple(tests)
 
 
 def fitted_rule_of(record: pd.DataFrame) -> FittedRule | None:

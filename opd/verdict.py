@@ -165,7 +165,7 @@ class FittedDecision:
 
 @dataclass(frozen=True)
 class FrozenDecision:
-    """The frozen admission rule (config.yaml's frozen_rule; beyond the paper) applied to one candidate: its
+    """A frozen admission rule (one of config.yaml's frozen_rules; beyond the paper) applied to one candidate: its
     decision, and whether the rule was fitted on the candidate or decided it before its runs (prospective)."""
     rule: FrozenRule
     value: float
@@ -196,7 +196,7 @@ class StudentVerdict:
     not_in_budget_why: str | None
     admission: AdmissionDecision | None
     fitted: FittedDecision | None  # the fitted admission rule's decision (tiny backend, beyond the paper)
-    frozen: FrozenDecision | None  # config.yaml's frozen admission rule's decision (tiny backend, beyond the paper)
+    frozen: tuple[FrozenDecision, ...]  # config.yaml's frozen admission rules' decisions (tiny, beyond the paper)
     rl: str | None  # an RL row's collapse verdict: "collapsed (criteria)" or "did not collapse"
     rl_accuracy_change: float | None  # its held-out accuracy against the same algorithm on the standard engine
     missing: tuple[str, ...]
@@ -333,9 +333,9 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
                 missing.append(f"admission check not run: `{command(admission_target(exp.name, row.name, student))}` "
                                f"(no training)")
     fitted = fitted_decision(a, row, student) if is_admission_candidate(row) else None
-    frozen = frozen_decision(a, row, student) if is_admission_candidate(row) else None
-    if fitted is None and frozen is None and is_admission_candidate(row) \
-            and (a.table("predictors") is not None or exp.frozen_rule is not None) \
+    frozen = frozen_decisions(a, row, student) if is_admission_candidate(row) else ()
+    if fitted is None and not frozen and is_admission_candidate(row) \
+            and (a.table("predictors") is not None or exp.frozen_rules) \
             and not Path(predictor_target(exp.name, row.name, student)).exists():
         missing.append(f"step-0 statistics not measured (the fitted rule's input): "
                        f"`{command(predictor_target(exp.name, row.name, student))}` (no training)")
@@ -369,14 +369,18 @@ def fitted_decision(a: Analysis, row: Row, student: str) -> FittedDecision | Non
                           None if held is None or not math.isfinite(held) else bool(held), source)
 
 
-def frozen_decision(a: Analysis, row: Row, student: str) -> FrozenDecision | None:
-    """config.yaml's frozen rule on one candidate (None without a frozen rule or the candidate's statistic)."""
-    rule = a.exp.frozen_rule
-    if rule is None:
-        return None
+def frozen_decisions(a: Analysis, row: Row, student: str) -> tuple[FrozenDecision, ...]:
+    """config.yaml's frozen rules on one candidate, in their order (none without a frozen rule or the candidate's
+    statistics; a rule whose statistic is missing is left out)."""
+    if not a.exp.frozen_rules:
+        return ()
     rec, source = step0_statistics(a, row, student)
-    value = float(rec.get(rule.statistic, float("nan"))) if rec is not None else float("nan")
-    return FrozenDecision(rule, value, source) if math.isfinite(value) else None
+    out = []
+    for rule in a.exp.frozen_rules:
+        value = float(rec.get(rule.statistic, float("nan"))) if rec is not None else float("nan")
+        if math.isfinite(value):
+            out.append(FrozenDecision(rule, value, source))
+    return tuple(out)
 
 
 def step0_statistics(a: Analysis, row: Row, student: str) -> tuple[dict | None, str]:
@@ -441,9 +445,9 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
     if sv.fitted is not None:
         src = "" if sv.fitted.source == "analysis" else f" (from {sv.fitted.source}; not in the analysis yet)"
         lines.append(f"  fitted rule (beyond the paper): {sv.fitted.text()}{src}")
-    if sv.frozen is not None:
-        src = "" if sv.frozen.source == "analysis" else f" (from {sv.frozen.source}; not in the analysis yet)"
-        lines.append(f"  frozen rule (config.yaml; beyond the paper): {sv.frozen.text(sv.student, sv.row)}{src}")
+    for f in sv.frozen:
+        src = "" if f.source == "analysis" else f" (from {f.source}; not in the analysis yet)"
+        lines.append(f"  frozen rule {f.rule.name} (config.yaml; beyond the paper): {f.text(sv.student, sv.row)}{src}")
     lines += [f"  missing: {m}" for m in sv.missing] or ["  missing: nothing"]
     return "\n".join(lines)
 

@@ -211,10 +211,11 @@ def test_bad_reference(toy_config, ref, msg):
 
 
 def test_reference_must_run_the_rows_students(toy_config):
-    i, r = row(toy_config, "kv-e4m3")  # runs qwen-s and qwen-m
+    i, r = row(toy_config, "kv-e4m3")  # runs qwen-s and others
     r["reference"] = "lr3e-5-k0"  # runs qwen-s only
     m = err(toy_config)
-    assert f"row {i} ('kv-e4m3'), field 'reference'" in m and "does not run student(s) ['qwen-m']" in m
+    others = sorted(set(r["students"]) - {"qwen-s"})
+    assert others and f"row {i} ('kv-e4m3'), field 'reference'" in m and f"does not run student(s) {others}" in m
 
 
 @pytest.mark.parametrize("lr", [0, -1e-4, "fast"])
@@ -338,26 +339,30 @@ def test_noise_redraw_needs_noise_and_is_refused_on_verl_naming_row_and_field(to
             "the weight-sync hook draws the noise direction") in m
 
 
-def test_the_frozen_admission_rule_is_checked_naming_its_field(toy_config):
-    """A frozen rule decides on a statistic the tiny backend measures, by one cut, and names the candidates it was
-    fitted on (its bisected edge's rows included): anything else is named before a job starts."""
-    f = toy_config["experiments"]["toy"]["frozen_rule"]
+def test_the_frozen_admission_rules_are_checked_naming_their_field(toy_config):
+    """A frozen rule decides on a statistic the tiny backend measures, by one cut, under a name of its own, and names
+    the candidates it was fitted on (its bisected edge's rows included): anything else is named before a job
+    starts."""
+    rules = toy_config["experiments"]["toy"]["frozen_rules"]
+    f = rules[0]
     f["statistic"], f["at_least"] = "T_persist", 1.0
     f["fitted_on"]["qwen-m"].append("stale-k4")  # staleness: not an admission candidate (and not on qwen-m)
     f["fitted_on"]["qwen-xl"] = ["fp8w"]  # a student the matrix no longer has: history, not an error
+    rules.append({"name": f["name"], "statistic": "d_hat", "at_most": 0.1, "fitted_on": {}})
     m = err(toy_config)
-    assert "experiment 'toy', field 'frozen_rule.statistic': 'T_persist' is not a step-0 statistic" in m
-    assert "experiment 'toy', field 'frozen_rule': give exactly one of at_most" in m
-    assert "field 'frozen_rule.fitted_on.qwen-m': row 'stale-k4' is not an admission candidate of 'qwen-m'" in m
+    assert "experiment 'toy', field 'frozen_rules[0].statistic': 'T_persist' is not a step-0 statistic" in m
+    assert "experiment 'toy', field 'frozen_rules[0]': give exactly one of at_most" in m
+    assert "field 'frozen_rules[0].fitted_on.qwen-m': row 'stale-k4' is not an admission candidate of 'qwen-m'" in m
+    assert f"experiment 'toy', field 'frozen_rules[{len(rules) - 1}].name': {f['name']!r} names an earlier rule" in m
     assert "qwen-xl" not in m
     paper = toy_config["experiments"]["paper"]
-    paper["frozen_rule"] = {"statistic": "d_hat", "at_most": 0.1, "fitted_on": {}}
-    assert "experiment 'paper', field 'frozen_rule': the step-0 statistics it decides on are measured on the " \
+    paper["frozen_rules"] = [{"name": "x", "statistic": "d_hat", "at_most": 0.1, "fitted_on": {}}]
+    assert "experiment 'paper', field 'frozen_rules[0]': the step-0 statistics it decides on are measured on the " \
            "tiny backend only" in err(toy_config)
 
 
-def test_a_trimmed_matrix_keeps_its_frozen_rule_valid(toy_config):
-    """Rows and students the rule was fitted on but the matrix no longer holds (a test's or a user's trimmed
+def test_a_trimmed_matrix_keeps_its_frozen_rules_valid(toy_config):
+    """Rows and students the rules were fitted on but the matrix no longer holds (a test's or a user's trimmed
     matrix) are history: the config still validates."""
     e = toy_config["experiments"]["toy"]
     e["rows"] = [r for r in e["rows"] if r.get("baseline") or r["name"] == "fp8w"]
@@ -367,9 +372,9 @@ def test_a_trimmed_matrix_keeps_its_frozen_rule_valid(toy_config):
     C.validate(toy_config)
 
 
-def test_the_frozen_rule_names_its_prospective_candidates(toy_config):
-    """Every candidate the rule was not fitted on is prospective; a bisected edge's rows count as fitted on."""
-    rule = Experiment.of(toy_config, "toy").frozen_rule
+def test_a_frozen_rule_names_its_prospective_candidates(toy_config):
+    """Every candidate a rule was not fitted on is prospective for it; a bisected edge's rows count as fitted on."""
+    rule = Experiment.of(toy_config, "toy").frozen_rules[0]
     th = stats.Threshold.of(rule)
     assert th.admits(th.t) and not th.admits(th.t + 1e-9)
     assert not rule.prospective("qwen-s", "nvfp4") and not rule.prospective("llama-s", "edge-0p02")

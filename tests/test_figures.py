@@ -227,23 +227,30 @@ def test_the_admission_record_shows_the_fitted_rule_beside_the_papers_where_its_
         assert (f"admit iff {rule.label}" in md and f"on {rule.n_agree_held_out} of {rule.n_held_out}" in md) == optional
 
 
-def test_the_frozen_rule_is_scored_only_on_candidates_it_was_not_fitted_on():
-    """predictors.py: the frozen rule decides every candidate, a candidate outside fitted_on counts toward its
+def test_each_frozen_rule_is_scored_only_on_candidates_it_was_not_fitted_on():
+    """predictors.py: a frozen rule decides every candidate, a candidate outside its fitted_on counts toward its
     prospective record beside the paper's rule and admitting all on the same candidates, one without an outcome
-    is decided but not scored, and the record reads back (stats.prospective_test_of)."""
+    is decided but not scored; a later rule fitted on more candidates keeps its own record beside the first's, and
+    both read back in order (stats.prospective_tests_of)."""
     from opd.spec import FrozenRule
     mod = load("predictors")
     t = pd.DataFrame({"student": ["a"] * 6, "config": ["r1", "r2", "r3", "n1", "n2", "n3"],
                       "stat": [0.5, 2.0, 0.9, 0.4, 3.0, 0.8], "admit": [True, True, True, True, True, False],
                       "outcome": ["pass", "fail", "fail", "pass", "pass", None]})
-    rule = FrozenRule.of({"statistic": "stat", "at_most": 1.0, "fitted_on": {"a": ["r1", "r2", "r3"]}})
-    t = mod.with_frozen_rule(t, rule)
-    assert t["frozen_admit"].tolist()[:5] == [1.0, 0.0, 1.0, 1.0, 0.0] and t["frozen_admit"].iloc[5] == 1.0
-    assert t["prospective"].tolist() == [False, False, False, True, True, True]
-    test = stats.prospective_test_of(mod.frozen_record(t, rule))
+    first = FrozenRule.of({"name": "first", "statistic": "stat", "at_most": 1.0, "fitted_on": {"a": ["r1", "r2", "r3"]}})
+    later = FrozenRule.of({"name": "later", "statistic": "stat", "at_most": 0.6,
+                           "fitted_on": {"a": ["r1", "r2", "r3", "n1", "n2"]}})
+    t = mod.with_frozen_rule(mod.with_frozen_rule(t, first), later)
+    assert t["frozen_admit.first"].tolist()[:5] == [1.0, 0.0, 1.0, 1.0, 0.0] and t["frozen_admit.first"].iloc[5] == 1.0
+    assert t["prospective.first"].tolist() == [False, False, False, True, True, True]
+    assert t["prospective.later"].tolist() == [False] * 5 + [True]
+    tests = stats.prospective_tests_of(pd.concat([mod.frozen_record(t, first), mod.frozen_record(t, later)]))
+    assert [x.name for x in tests] == ["first", "later"]
+    test = tests[0]
     assert (test.n, test.n_agree, test.n_agree_paper, test.n_agree_all) == (2, 1, 2, 2)  # n3 has no outcome
     assert (test.n_fitted_on, test.n_agree_fitted_on) == (3, 2) and test.label == "stat ≤ 1"
-    assert stats.prospective_test_of(mod.fixed_rules(t)) is None
+    assert (tests[1].n, tests[1].n_fitted_on, tests[1].n_agree_fitted_on) == (0, 5, 4)
+    assert stats.prospective_tests_of(mod.fixed_rules(t)) == ()
 
 
 def test_every_script_is_in_the_output_table():

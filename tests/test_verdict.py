@@ -58,11 +58,12 @@ def test_verdict_on_the_committed_results(row):
         line = next(ln for ln in block.splitlines() if ln.startswith("  fitted rule (beyond the paper): "))
         assert f"= {step0[rule.statistic]:.3g}, admitted iff {rule.cut}: " in line
         assert f"fitted without this candidate: {'admit' if step0.fitted_admit == 1 else 'reject'}" in line
-        frozen = V.experiment_of(cfg).frozen_rule  # config.yaml's: fitted on some candidates, prospective on others
-        line = next(ln for ln in block.splitlines() if ln.startswith("  frozen rule (config.yaml; beyond the paper): "))
-        assert (f"= {step0[frozen.statistic]:.3g}, admitted iff {stats.Threshold.of(frozen).cut}: "
-                f"{'admit' if step0.frozen_admit == 1 else 'reject'} "
-                f"({'prospective' if frozen.prospective(s, row) else 'fitted on this candidate'}") in line
+        for frozen in V.experiment_of(cfg).frozen_rules:  # config.yaml's: fitted on some candidates, not others
+            line = next(ln for ln in block.splitlines()
+                        if ln.startswith(f"  frozen rule {frozen.name} (config.yaml; beyond the paper): "))
+            assert (f"= {step0[frozen.statistic]:.3g}, admitted iff {stats.Threshold.of(frozen).cut}: "
+                    f"{'admit' if step0[f'frozen_admit.{frozen.name}'] == 1 else 'reject'} "
+                    f"({'prospective' if frozen.prospective(s, row) else 'fitted on this candidate'}") in line
         assert "missing: nothing" in block
 
 

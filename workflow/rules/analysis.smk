@@ -80,7 +80,7 @@ rule predictors:
         table=ANALYSIS_FILES["predictor_stats"],
         record=ANALYSIS_FILES["predictors"],
     params:
-        frozen_rule=EXPERIMENT.frozen_rule.written() if EXPERIMENT.frozen_rule else None,
+        frozen_rules=[r.written() for r in EXPERIMENT.frozen_rules],
     log:
         f"logs/{EXP}/predictors.log",
     script:

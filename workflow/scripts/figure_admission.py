@@ -36,11 +36,15 @@ def paper_panel(ax, rec, summary) -> None:
     report.panel_legend(ax, loc="upper left")
 
 
-def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen: stats.ProspectiveTest | None) -> None:
+RING_COLORS = ("#000000", "#7a3e9d", "#b8860b")  # one per frozen rule, in config.yaml's order (cycled)
+
+
+def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen=()) -> None:
     """The fitted rule's statistic (x) against Delta (y) for every candidate with an outcome: colour the training
     outcome, marker the held-out decision (o admitted, s rejected), the cut as a vertical line. Where config.yaml
-    freezes a rule, its prospective candidates (decided before their runs) are ringed and its record is the title's
-    last line; its cut is drawn where it decides on the panel's statistic."""
+    freezes rules (`frozen`: their prospective tests), each candidate is ringed in the colour of the first rule that
+    decided it before its runs; each rule's record is a line of the title, and its cut is drawn (dotted, in its
+    colour) where it decides on the panel's statistic."""
     t = step0[step0["outcome"].isin(["pass", "fail"])]
     x = t[rule.statistic].to_numpy(dtype=float)
     for outcome, color in (("pass", report.PASS_COLOR), ("fail", report.FAIL_COLOR)):
@@ -49,15 +53,20 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen: stats.Pr
             if m.any():
                 ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker=marker, s=11, color=color,
                            zorder=3, label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'} (held out)")
-    if frozen is not None and "prospective" in t:
-        m = t["prospective"].to_numpy(dtype=bool)
+    ringed = np.zeros(len(t), dtype=bool)
+    for i, test in enumerate(frozen):
+        color = RING_COLORS[i % len(RING_COLORS)]
+        col = f"prospective.{test.name}"
+        m = t[col].fillna(False).to_numpy(dtype=bool) & ~ringed if col in t else np.zeros(len(t), dtype=bool)
+        ringed |= m
         if m.any():
             ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker="o", s=42, facecolors="none",
-                       edgecolors="#000000", linewidths=0.6, zorder=4, label="prospective (frozen rule not fitted on it)")
+                       edgecolors=color, linewidths=0.6, zorder=4, label=f"prospective for {test.name}")
+        if test.statistic == rule.statistic and test.threshold.sign == rule.sign \
+                and test.threshold.t != rule.threshold:
+            ax.axvline(test.threshold.sign * test.threshold.t, color=color, ls=":", lw=0.7,
+                       label=f"frozen {test.name}: admit iff {test.label}")
     ax.axvline(rule.sign * rule.threshold, color=report.NEUTRAL, ls="--", lw=0.7, label=f"admit iff {rule.label}")
-    if frozen is not None and frozen.statistic == rule.statistic and frozen.threshold.t != rule.threshold:
-        ax.axvline(frozen.threshold.sign * frozen.threshold.t, color="#000000", ls=":", lw=0.7,
-                   label=f"frozen: admit iff {frozen.label}")
     ax.axhline(100 * tau, color="#bbbbbb", lw=0.6, ls=":", label=f"τ = {tau:.0%}")
     if (x[np.isfinite(x)] > 0).all():
         ax.set_xscale("log")
@@ -68,9 +77,9 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen: stats.Pr
     ax.set_ylabel("Δ, paper's estimate (%)")
     ax.set_title(f"A fitted rule (beyond the paper): {rule.n_agree_held_out}/{rule.n_held_out} decisions match "
                  f"training\nheld out (each fitted without its candidate); {rule.n_agree}/{rule.n} in sample"
-                 + (f"\nfrozen rule ({frozen.label}), prospective: {frozen.n_agree}/{frozen.n} "
-                    f"(paper's rule {frozen.n_agree_paper}/{frozen.n}, admit all {frozen.n_agree_all}/{frozen.n})"
-                    if frozen is not None and frozen.n else ""), fontsize=6)
+                 + "".join(f"\nfrozen {f.name} ({f.label}), prospective: {f.n_agree}/{f.n} "
+                           f"(paper's rule {f.n_agree_paper}/{f.n}, admit all {f.n_agree_all}/{f.n})"
+                           for f in frozen if f.n), fontsize=6)
     report.panel_legend(ax, loc="upper left")
 
 
@@ -85,7 +94,7 @@ def main(inp, out, params):
     else:
         fig, (a1, a2) = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=2)
         paper_panel(a1, rec, summary)
-        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau, stats.prospective_test_of(record))
+        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau, stats.prospective_tests_of(record))
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

@@ -570,20 +570,24 @@ def score_rl(rl: pd.DataFrame, verdicts: pd.DataFrame, d0: dict) -> str | None:
 
 
 def prospective_text(p: stats.ProspectiveTest) -> str:
-    """The frozen rule's prospective test in words."""
+    """One frozen rule's prospective test in words."""
     if not p.n:
-        return (f"the frozen rule (config.yaml: admit iff {p.label}, fitted on {p.n_fitted_on} candidates) has no "
-                f"candidate with an outcome it was not fitted on yet")
-    return (f"the frozen rule (config.yaml: admit iff {p.label}, fitted on {p.n_fitted_on} candidates, then fixed "
-            f"before the runs of {p.n} new ones) matches {p.n_agree} of {p.n} new candidates prospectively "
-            f"({p.n_agree / p.n:.0%}; on the same candidates the paper's rule matches {p.n_agree_paper}, admitting "
-            f"every one {p.n_agree_all})")
+        return (f"the frozen rule {p.name} (config.yaml: admit iff {p.label}, fitted on {p.n_fitted_on} candidates) "
+                f"has no candidate with an outcome it was not fitted on yet")
+    return (f"the frozen rule {p.name} (config.yaml: admit iff {p.label}, fitted on {p.n_fitted_on} candidates, "
+            f"then fixed before the runs of {p.n} new ones) matches {p.n_agree} of {p.n} new candidates "
+            f"prospectively ({p.n_agree / p.n:.0%}; on the same candidates the paper's rule matches "
+            f"{p.n_agree_paper}, admitting every one {p.n_agree_all})")
 
 
-def score_admission(a: dict, fitted: stats.FittedRule | None = None,
-                    prospective: stats.ProspectiveTest | None = None) -> str | None:
+def prospective_texts(tests) -> str:
+    """Every frozen rule's prospective test in words, in config.yaml's order."""
+    return "; ".join(prospective_text(p) for p in tests)
+
+
+def score_admission(a: dict, fitted: stats.FittedRule | None = None, prospective=()) -> str | None:
     """None where the matrix holds no admission decision (no candidate row on a student with a budget). The claim
-    is the paper's rule's; the fitted rule and the frozen rule's prospective test (tiny backend), where there are
+    is the paper's rule's; the fitted rule and the frozen rules' prospective tests (tiny backend), where there are
     any, are said beside it, not scored."""
     if not a["n_decisions"]:
         return None
@@ -600,8 +604,8 @@ def score_admission(a: dict, fitted: stats.FittedRule | None = None,
                         f"; beside it, the fitted rule (beyond the paper: admit iff {fitted.label}) matches "
                         f"{fitted.n_agree_held_out} of {fitted.n_held_out} held out "
                         f"({fitted.n_agree_held_out / fitted.n_held_out:.0%}, each candidate decided by the rule "
-                        f"chosen and fitted without it)") + ("" if prospective is None else
-                                                              f"; {prospective_text(prospective)}"),
+                        f"chosen and fitted without it)") + ("" if not prospective else
+                                                              f"; {prospective_texts(prospective)}"),
                         verdict=verdict, why=why)
 
 
@@ -631,9 +635,9 @@ def predictor_sentence(record: pd.DataFrame) -> str | None:
     rule = stats.fitted_rule_of(record)
     fitted = ("" if rule is None else f" Fitted on every candidate, the choice is {rule.label}: the admission record's "
               f"second rule (table and figure `admission`), {rule.n_agree}/{rule.n} in sample.")
-    test = stats.prospective_test_of(record)
-    if test is not None:
-        fitted += f" Tested forward: {prospective_text(test)}."
+    tests = stats.prospective_tests_of(record)
+    if tests:
+        fitted += f" Tested forward: {prospective_texts(tests)}."
     return (f"- **Which offline statistic predicts training** (every candidate engine of every student, statistics at "
             f"the step-0 student, threshold rules fitted on the other candidates; analysis/predictors.parquet): "
             + "; ".join(parts) + ". " + ("The nested choice reaches the 90% goal and beats the paper's rule."
@@ -697,10 +701,10 @@ def score_mechanism(t: pd.DataFrame) -> list[str]:
 
 
 def scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primary, kv=None, probes=None,
-              fitted=None, prospective=None) -> list[str]:
+              fitted=None, prospective=()) -> list[str]:
     """The claims scorecard's lines (markdown), from the analysis tables; `fitted`: the fitted admission rule
-    (opd.stats.fitted_rule_of) and `prospective`: the frozen rule's test (opd.stats.prospective_test_of), where the
-    predictors stage ran."""
+    (opd.stats.fitted_rule_of) and `prospective`: the frozen rules' tests (opd.stats.prospective_tests_of), where
+    the predictors stage ran."""
     d0 = edge.set_index("student")["d0"].to_dict()
     lines = [score_budget(edge), score_total_mismatch(decides, verdicts, rows),
              score_staleness(verdicts, rows, primary), score_kv(kv) if kv is not None else None,
@@ -724,7 +728,7 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
     if edge is not None and decides is not None:
         out += scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primary, kv=kv, probes=probes,
                          fitted=stats.fitted_rule_of(predictors) if predictors is not None else None,
-                         prospective=stats.prospective_test_of(predictors) if predictors is not None else None)
+                         prospective=stats.prospective_tests_of(predictors) if predictors is not None else ())
     students = [primary] + sorted(set(verdicts["student"]) - {primary})
     base = heldout[heldout["config"] == baseline]
     for student in students:

@@ -2,7 +2,8 @@
 its admission estimate (D_hat, SE, the paper's decision) and its training outcome (the paper's verdict, as the
 admission record judges) and Delta; then each statistic's held-out agreement with training and rank correlation with
 Delta (opd.stats.predictor_record), with the paper's fixed rule and "admit every candidate" as split `fixed`; where
-config.yaml fixes a frozen rule, its prospective test (split `prospective`: the candidates it was not fitted on)."""
+config.yaml freezes rules, each one's prospective test (split `prospective`, column `rule`: the candidates it was
+not fitted on)."""
 import numpy as np
 import pandas as pd
 
@@ -54,40 +55,49 @@ def with_fitted_rule(t: pd.DataFrame, statistics) -> pd.DataFrame:
     return t
 
 
+def frozen_columns(rule: FrozenRule) -> tuple[str, str, str]:
+    """A frozen rule's three columns in the candidates table: its decision, whether it was prospective, whether it
+    agreed with training."""
+    return f"frozen_admit.{rule.name}", f"prospective.{rule.name}", f"frozen_agrees.{rule.name}"
+
+
 def with_frozen_rule(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
-    """`t` with the frozen rule's decision per candidate (config.yaml's frozen_rule): `frozen_admit` (1.0 admit, 0.0
-    reject, NaN where its statistic is missing), `prospective` (the rule was not fitted on the candidate, so its
-    decision was fixed before the candidate's runs) and `frozen_agrees` (NaN without an outcome)."""
+    """`t` with one frozen rule's decision per candidate (config.yaml's frozen_rules; frozen_columns names them):
+    `frozen_admit.<name>` (1.0 admit, 0.0 reject, NaN where its statistic is missing), `prospective.<name>` (the
+    rule was not fitted on the candidate, so its decision was fixed before the candidate's runs) and
+    `frozen_agrees.<name>` (NaN without an outcome)."""
     t = t.copy()
+    admit_col, prospective_col, agrees_col = frozen_columns(rule)
     x = pd.to_numeric(t[rule.statistic], errors="coerce").to_numpy(dtype=float)
     admit = np.where(np.isfinite(x), stats.Threshold.of(rule).admits(x), np.nan)
     passed = (t["outcome"] == "pass").to_numpy()
     decided = t["outcome"].isin(["pass", "fail"]).to_numpy() & np.isfinite(admit)
-    t["frozen_admit"] = admit
-    t["prospective"] = [rule.prospective(s, c) for s, c in zip(t["student"], t["config"])]
-    t["frozen_agrees"] = np.where(decided, (admit == 1.0) == passed, np.nan)
+    t[admit_col] = admit
+    t[prospective_col] = [rule.prospective(s, c) for s, c in zip(t["student"], t["config"])]
+    t[agrees_col] = np.where(decided, (admit == 1.0) == passed, np.nan)
     return t
 
 
 def frozen_record(t: pd.DataFrame, rule: FrozenRule) -> pd.DataFrame:
-    """The frozen rule's record: split `prospective` (the candidates it was not fitted on, with an outcome and its
-    statistic) for the rule, the paper's rule and admitting every candidate on the same candidates, and split
-    `fitted_on` (the rule on the candidates it was fitted on)."""
+    """One frozen rule's record (column `rule`: its name): split `prospective` (the candidates it was not fitted
+    on, with an outcome and its statistic) for the rule, the paper's rule and admitting every candidate on the same
+    candidates, and split `fitted_on` (the rule on the candidates it was fitted on)."""
+    admit_col, prospective_col, _ = frozen_columns(rule)
     rows = []
-    k = t[t["outcome"].isin(["pass", "fail"]) & t["frozen_admit"].notna()]
-    for split, m in (("prospective", k["prospective"]), ("fitted_on", ~k["prospective"])):
+    k = t[t["outcome"].isin(["pass", "fail"]) & t[admit_col].notna()]
+    for split, m in (("prospective", k[prospective_col]), ("fitted_on", ~k[prospective_col].astype(bool))):
         c = k[m.astype(bool)]
         passed = c["outcome"] == "pass"
-        rules = [("frozen_rule", c["frozen_admit"] == 1.0)] + ([("paper_rule", c["admit"].astype(bool)),
-                                                                ("admit_all", pd.Series(True, index=c.index))]
-                                                               if split == "prospective" else [])
+        rules = [("frozen_rule", c[admit_col] == 1.0)] + ([("paper_rule", c["admit"].astype(bool)),
+                                                           ("admit_all", pd.Series(True, index=c.index))]
+                                                          if split == "prospective" else [])
         for name, admit in rules:
             agree = admit == passed
             rows.append({"statistic": name, "split": split, "student": "all", "n": len(c),
                          "n_agree": int(agree.sum()), "accuracy": float(agree.mean()) if len(c) else float("nan"),
                          "spearman": float("nan"), "n_pass": int(passed.sum()),
                          **({"chosen": rule.statistic, "sign": rule.cut_at[0], "threshold": rule.cut_at[1]}
-                            if name == "frozen_rule" else {})})
+                            if name == "frozen_rule" else {}), "rule": rule.name})
     return pd.DataFrame(rows)
 
 
@@ -97,8 +107,8 @@ def main(inp, out, params):
     t = with_fitted_rule(candidates(step0, store.read_table(inp.admission), store.read_table(inp.verdicts)),
                          statistics)
     parts = [fixed_rules(t), stats.predictor_record(t, statistics)]
-    if getattr(params, "frozen_rule", None):
-        rule = FrozenRule.of(params.frozen_rule)
+    for written in getattr(params, "frozen_rules", None) or ():
+        rule = FrozenRule.of(written)
         t = with_frozen_rule(t, rule)
         parts.append(frozen_record(t, rule))
     record = pd.concat(parts, ignore_index=True)

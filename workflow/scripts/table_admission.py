@@ -17,14 +17,14 @@ def with_fitted(rec: pd.DataFrame, step0: pd.DataFrame) -> pd.DataFrame:
         fitted_agrees=lambda t: t["fitted_agrees"].map({1.0: True, 0.0: False}))
 
 
-def with_frozen(rec: pd.DataFrame, step0: pd.DataFrame) -> pd.DataFrame:
-    """The admission record with the frozen rule's decision per candidate: "admit"/"reject", marked "(prospective)"
-    where the rule was fixed before the candidate's runs."""
-    f = step0[["student", "config", "frozen_admit", "prospective"]]
-    t = rec.merge(f, on=["student", "config"], how="left")
-    word = t["frozen_admit"].map({1.0: "admit", 0.0: "reject"})
-    return t.assign(frozen=word.where(word.isna() | ~t["prospective"].fillna(False).astype(bool),
-                                      word + " (prospective)")).drop(columns=["frozen_admit", "prospective"])
+def with_frozen(rec: pd.DataFrame, step0: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The admission record with one frozen rule's decision per candidate, column `frozen.<name>`: "admit"/"reject",
+    marked "(prospective)" where the rule was fixed before the candidate's runs."""
+    admit, prospective = f"frozen_admit.{name}", f"prospective.{name}"
+    t = rec.merge(step0[["student", "config", admit, prospective]], on=["student", "config"], how="left")
+    word = t[admit].map({1.0: "admit", 0.0: "reject"})
+    return t.assign(**{f"frozen.{name}": word.where(word.isna() | ~t[prospective].fillna(False).astype(bool),
+                                                    word + " (prospective)")}).drop(columns=[admit, prospective])
 
 
 def fitted_note(rule: stats.FittedRule) -> str:
@@ -43,16 +43,16 @@ def main(inp, out, params):
     t = rec.assign(engine=rec["candidate"].map({True: "candidate", False: "standard (not a decision)"}))
     cols = ["student", "config", "engine", "d_hat", "se", "n_prompts", "n_sequences", "admit", "D", "ratio", "outcome",
             "agrees"]
-    test = stats.prospective_test_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else None
+    tests = stats.prospective_tests_of(store.read_table(inp.predictors)) if hasattr(inp, "predictors") else ()
     if rule is not None:
         t, cols = with_fitted(t, store.read_table(inp.predictor_stats)), cols + ["fitted_admit", "fitted_agrees"]
-    if test is not None:
-        t, cols = with_frozen(t, store.read_table(inp.predictor_stats)), cols + ["frozen"]
+    for test in tests:
+        t, cols = with_frozen(t, store.read_table(inp.predictor_stats), test.name), cols + [f"frozen.{test.name}"]
     t = t[cols].rename(columns={"d_hat": "offline D̂", "se": "SE of D̂", "n_prompts": "prompts",
                                 "n_sequences": "sequences", "D": "in-training D", "ratio": "D / D̂",
                                 "admit": "admit (paper)", "agrees": "agrees (paper)",
                                 "fitted_admit": "admit (fitted, held out)", "fitted_agrees": "agrees (fitted)",
-                                "frozen": "frozen rule"})
+                                **{f"frozen.{x.name}": f"frozen rule {x.name}" for x in tests}})
     a, L = rec["alpha"].iloc[0], rec["L"].iloc[0]
     n = s["n_decisions"]
     notes = (f"Paper's rule: admit iff {a:g} × D̂ < {L:g}. {s['n_agree']} of {n} candidate decisions match the "
@@ -64,10 +64,10 @@ def main(inp, out, params):
              f"passing D): {s['L_retrospective']:.3g}.") if n else "No candidate engine has a training outcome."
     if n and rule is not None:
         notes += fitted_note(rule)
-    if n and test is not None:
-        notes += (f" Frozen rule (config.yaml; beyond the paper): admit iff {test.label}, fixed after fitting on "
-                  f"{test.n_fitted_on} candidates; a candidate marked prospective was decided before its runs, and "
-                  f"{test.n_agree} of {test.n} such decisions match training.")
+    for test in tests if n else ():
+        notes += (f" Frozen rule {test.name} (config.yaml; beyond the paper): admit iff {test.label}, fixed after "
+                  f"fitting on {test.n_fitted_on} candidates; a candidate marked prospective was decided before its "
+                  f"runs, and {test.n_agree} of {test.n} such decisions match training.")
     report.save_table(t, out.md, out.tex, inp, caption="Admission record", digits=4, notes=notes)
 
 
