@@ -253,6 +253,20 @@ def test_each_frozen_rule_is_scored_only_on_candidates_it_was_not_fitted_on():
     assert stats.prospective_tests_of(mod.fixed_rules(t)) == ()
 
 
+def test_findings_name_the_candidates_the_fitted_rule_still_gets_wrong():
+    """findings.py names each candidate the rule fitted on every candidate disagrees with, with its statistic,
+    outcome and Delta (a pass above the cut here), and says so when there is none."""
+    mod = load("findings")
+    t = pd.DataFrame({"student": ["a"] * 6, "config": [f"r{i}" for i in range(6)],
+                      "stat": [0.1, 0.2, 0.3, 5.0, 0.9, 1.0], "delta": [0.01, 0.02, 0.03, 0.05, 0.4, 0.5],
+                      "outcome": ["pass", "pass", "pass", "pass", "fail", "fail"]})
+    line = mod.fitted_misses_sentence(stats.predictor_record(t, ["stat"]), t)
+    assert "disagrees with training on 1 of 6: a r3 (5, pass at Δ +5%)" in line
+    clean = t[t["config"] != "r3"]
+    assert "agrees with training on every candidate" in mod.fitted_misses_sentence(
+        stats.predictor_record(clean, ["stat"]), clean)
+
+
 def test_every_script_is_in_the_output_table():
     """Adding a figure is its script plus one line in opd/outputs.py: no script is left out of the table."""
     scripts = {p.stem for p in SCRIPTS.glob("figure_*.py")} | {p.stem for p in SCRIPTS.glob("table_*.py")}

@@ -646,6 +646,26 @@ def predictor_sentence(record: pd.DataFrame) -> str | None:
                                          "choice's agreement is an honest estimate.") + fitted)
 
 
+def fitted_misses_sentence(record: pd.DataFrame, step0: pd.DataFrame) -> str | None:
+    """The candidates the fitted rule, fitted on every candidate, still gets wrong (in sample): each with its
+    statistic, outcome and Delta, so what the rule cannot see is named, not only counted."""
+    rule = stats.fitted_rule_of(record)
+    if rule is None or rule.statistic not in step0:
+        return None
+    t = step0[step0["outcome"].isin(["pass", "fail"])]
+    x = pd.to_numeric(t[rule.statistic], errors="coerce").to_numpy(dtype=float)
+    admit = stats.Threshold(rule.sign, rule.threshold).admits(x)
+    wrong = t[np.isfinite(x) & (admit != (t["outcome"] == "pass").to_numpy())]
+    if not len(wrong):
+        return f"- **The fitted rule** (admit iff {rule.label}) agrees with training on every candidate in sample."
+    items = "; ".join(f"{r.student} {r.config} ({getattr(r, rule.statistic):.3g}, {r.outcome} at Δ {r.delta:+.0%})"
+                      for r in wrong.sort_values(["outcome", "student", "config"]).itertuples())
+    return (f"- **What the fitted rule cannot see** (admit iff {rule.label}, fitted on every candidate): in sample it "
+            f"still disagrees with training on {len(wrong)} of {rule.n}: {items}. A pass it rejects is an engine whose "
+            f"step-0 error looks as large as the fails' but whose training did not suffer; a fail it admits, the "
+            f"opposite.")
+
+
 def tis_sentence(verdicts: pd.DataFrame, rows: pd.DataFrame, step0: pd.DataFrame) -> str | None:
     """TIS's rescue against its hypothesis (config.yaml: formed on the matrix's first TIS row, noise-234's rescue, and
     fixed before the TIS rows after it ran; only those count as tests): TIS removes the per-token error T of the engine's update, not the prefix shift S, so it passes
@@ -774,6 +794,9 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
         out.append(spread)
     out += distance_sentences(verdicts, heldout, baseline, student_specs or {})
     if predictors is not None and (line := predictor_sentence(predictors)):
+        out.append(line)
+    if predictors is not None and predictor_stats is not None \
+            and (line := fitted_misses_sentence(predictors, predictor_stats)):
         out.append(line)
     if predictor_stats is not None and (line := tis_sentence(verdicts, rows, predictor_stats)):
         out.append(line)
