@@ -125,8 +125,13 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
         store.write_table(pd.DataFrame([{"config": c, "student": "m", "seconds": 1.0,
                                          **{k: v[c] * (1 + i) for i, k in enumerate(stats.PREDICTORS) if k != "d_hat"}}]),
                           pred[-1])
+    # two frozen rules, the later fitted on more candidates (every figure, table and findings line reads both)
+    stat, c = list(stats.PREDICTORS)[1], list(cands)
+    frozen = [{"name": "first", "statistic": stat, "at_most": float(v[c[0]]) * 2.5, "fitted_on": {"m": c[:len(c) // 2]}},
+              {"name": "later", "statistic": stat, "at_most": float(v[c[0]]) * 3, "fitted_on": {"m": c[:-1]}}]
     load("predictors").main(Files(stats=pred, admission=out.admission, verdicts=out.verdicts),
-                            Files(table=str(a / "predictor_stats.parquet"), record=str(a / "predictors.parquet")), None)
+                            Files(table=str(a / "predictor_stats.parquet"), record=str(a / "predictors.parquet")),
+                            SimpleNamespace(frozen_rules=frozen))
     # a bisected edge as rule edges writes it (opd.plan.edges_frame and the grid's budget): 0.02 passes, 0.2 fails,
     # their midpoint 0.063 passes, then 0.11 fails; the bracket after each value
     D = {0.02: 4e-4, 0.2: 0.07, 0.06325: 0.004, 0.1125: 0.015}

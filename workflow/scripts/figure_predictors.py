@@ -12,7 +12,7 @@ def main(inp, out, params):
     rec = store.read_table(inp[1])
     rec = rec[rec["student"] == "all"]
     fixed = rec[rec["split"] == "fixed"].set_index("statistic")
-    fitted = rec[rec["split"] != "fixed"]
+    fitted = rec[rec["split"].isin([split for split, _, _ in SPLITS])]  # not the frozen rules' records
     acc = fitted.pivot(index="statistic", columns="split", values="accuracy")
     rho = fitted.pivot(index="statistic", columns="split", values="spearman")
     order = [s for s in ["selected", *stats.PREDICTORS] if s in acc.index]
