@@ -42,9 +42,10 @@ RING_COLORS = ("#000000", "#7a3e9d", "#b8860b")  # one per frozen rule, in confi
 def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen=()) -> None:
     """The fitted rule's statistic (x) against Delta (y) for every candidate with an outcome: colour the training
     outcome, marker the held-out decision (o admitted, s rejected), the cut as a vertical line. Where config.yaml
-    freezes rules (`frozen`: their prospective tests), each candidate is ringed in the colour of the first rule that
-    decided it before its runs; each rule's record is a line of the title, and its cut is drawn (dotted, in its
-    colour) where it decides on the panel's statistic."""
+    freezes rules (`frozen`: their prospective tests), each candidate is ringed in the colour of every rule that
+    decided before its runs, one ring per rule (later rules' rings larger, so a candidate prospective for two rules
+    wears both); each rule's record is in the title, and its cut is drawn (dotted, in its colour) where it decides on
+    the panel's statistic."""
     t = step0[step0["outcome"].isin(["pass", "fail"])]
     x = t[rule.statistic].to_numpy(dtype=float)
     for outcome, color in (("pass", report.PASS_COLOR), ("fail", report.FAIL_COLOR)):
@@ -53,15 +54,14 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen=()) -> No
             if m.any():
                 ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker=marker, s=11, color=color,
                            zorder=3, label=f"trained: {outcome}, {'admitted' if admitted else 'rejected'} (held out)")
-    ringed = np.zeros(len(t), dtype=bool)
     for i, test in enumerate(frozen):
         color = RING_COLORS[i % len(RING_COLORS)]
         col = f"prospective.{test.name}"
-        m = t[col].fillna(False).to_numpy(dtype=bool) & ~ringed if col in t else np.zeros(len(t), dtype=bool)
-        ringed |= m
+        m = t[col].fillna(False).to_numpy(dtype=bool) if col in t else np.zeros(len(t), dtype=bool)
         if m.any():
-            ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker="o", s=42, facecolors="none",
-                       edgecolors=color, linewidths=0.6, zorder=4, label=f"prospective for {test.name}")
+            ax.scatter(x[m], 100 * t["delta"].to_numpy(dtype=float)[m], marker="o", s=42 + 36 * i,
+                       facecolors="none", edgecolors=color, linewidths=0.6, zorder=4,
+                       label=f"prospective for {test.name}")
         if test.statistic == rule.statistic and test.threshold.sign == rule.sign \
                 and test.threshold.t != rule.threshold:
             ax.axvline(test.threshold.sign * test.threshold.t, color=color, ls=":", lw=0.7,
@@ -77,7 +77,7 @@ def fitted_panel(ax, step0, rule: stats.FittedRule, tau: float, frozen=()) -> No
     ax.set_ylabel("Δ, paper's estimate (%)")
     ax.set_title(f"A fitted rule (beyond the paper): {rule.n_agree_held_out}/{rule.n_held_out} decisions match "
                  f"training\nheld out (each fitted without its candidate); {rule.n_agree}/{rule.n} in sample"
-                 + "".join(f"\nfrozen {f.name} ({f.label}), prospective: {f.n_agree}/{f.n} "
+                 + "".join(f"\nfrozen {f.name} ({f.label}):\n{f.n_agree}/{f.n} prospective "
                            f"(paper's rule {f.n_agree_paper}/{f.n}, admit all {f.n_agree_all}/{f.n})"
                            for f in frozen if f.n), fontsize=6)
     report.panel_legend(ax, loc="upper left")
@@ -88,13 +88,14 @@ def main(inp, out, params):
     summary = json.loads(open(inp.admission_summary).read())
     record = store.read_table(inp.predictors) if hasattr(inp, "predictors") else None
     rule = stats.fitted_rule_of(record) if record is not None else None
+    frozen = stats.prospective_tests_of(record) if rule is not None else ()
     if rule is None:
         fig, ax = report.figure(height=2.5)
         paper_panel(ax, rec, summary)
     else:
-        fig, (a1, a2) = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7, ncols=2)
+        fig, (a1, a2) = report.figure(width=report.COLUMN_WIDTH * 2, height=2.7 + 0.2 * len(frozen), ncols=2)
         paper_panel(a1, rec, summary)
-        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau, stats.prospective_tests_of(record))
+        fitted_panel(a2, store.read_table(inp.predictor_stats), rule, params.tau, frozen)
     report.save_figure(fig, out.pdf, out.png, inp)
 
 

@@ -92,7 +92,8 @@ def panel(ax, v, budget, tau: float, student: str, guarded=None, highlight=()):
     label_rows(ax, shown, named + [h for h in highlight if h not in named], set(highlight))
     n_runs = f"{int(v['n_runs'].min())}-{int(v['n_runs'].max())}" if len(v) else "0"
     ax.set_title(f"student {student}: {stats.RULE_NAMES[rule]}, {n_runs} seeds per row")
-    report.panel_legend(ax, loc="upper left", ncol=2, fontsize=5)
+    # beside the panel, not on it: the labelled rows near the edge fill the panel's upper half
+    report.panel_legend(ax, loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=1, fontsize=5)
 
 
 def main(inp, out, params):
@@ -106,7 +107,7 @@ def main(inp, out, params):
     guarded["unguarded"] = guarded["config"].map(plain)
     v = v.merge(engines[["name", "family"]], left_on="config", right_on="name")
     students = [params.primary] + sorted(set(v["student"]) - {params.primary})
-    fig, axes = report.figure(width=report.COLUMN_WIDTH * 1.25, height=2.6 * len(students), nrows=len(students),
+    fig, axes = report.figure(width=report.COLUMN_WIDTH * 2, height=2.6 * len(students), nrows=len(students),
                               squeeze=False)
     for ax, student in zip(axes[:, 0], students):
         panel(ax, v[v["student"] == student], budget, params.tau, student, guarded[guarded["student"] == student],
