@@ -48,9 +48,10 @@ def provenance(metas: list[dict]) -> tuple[pd.DataFrame, str]:
 def main(inp, out, params):
     metas = sorted((store.read_json(p) for p in inp), key=lambda m: m["run_id"])
     t, notes = provenance(metas)
-    report.save_table(t, out.md, out.tex, inp, digits=4, notes=notes,
-                      caption=f"Provenance of every run of experiment '{params.experiment}' ({len(t)} runs)")
     wall = t["wall s"].sum()
+    report.save_table(t, out.md, out.tex, inp, digits=4, notes=notes,
+                      caption=f"Provenance of every run of experiment '{params.experiment}' ({len(t)} runs, "
+                              f"{wall / 3600:.1f} h of training wall time summed over them)")
     print(f"run_provenance: {len(t)} runs, {t['code'].nunique()} code versions, {len(set(t['packages']))} package "
           f"sets, {len(set(t['hardware']))} machines, {wall / 60:.1f} min of training wall time -> {out.md}")
 
