@@ -147,7 +147,7 @@ def test_every_config_field_is_described():
 
 SCHEMA_KEYWORDS = {"type", "description", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items",
                    "minItems", "maxItems", "uniqueItems", "properties", "required", "additionalProperties", "$ref",
-                   "oneOf", "const", "pattern", "maxLength", "minProperties", "propertyNames", "$schema", "$defs"}
+                   "oneOf", "const", "pattern", "minLength", "maxLength", "minProperties", "propertyNames", "$schema", "$defs"}
 
 
 def test_the_schema_uses_only_json_schema_keywords():
