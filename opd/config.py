@@ -355,7 +355,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                           f"held-out prompts)")
         if e.get("backend") == "verl":  # what verl 0.9.1 can run (opd.backends.verl.plan; no torch, no verl needed)
             from opd.backends.verl import plan
-            for msg in plan.experiment_errors(e):
+            for msg in plan.experiment_errors(e, cfg.get("slurm")):
                 field, why = msg.split(": ", 1)
                 errors.append(f"experiment {exp!r}, field {field!r}: {why}")
             if e.get("verl", {}).get("extra_overrides") or "logger" in e.get("verl", {}):

@@ -53,6 +53,7 @@ def run_train(spec: TrainSpec | Mapping, run_dir, launcher: Launcher | Mapping) 
     spec, launcher = TrainSpec.of(spec), Launcher.of(launcher)
     if launcher.launcher == "local":
         return training.train(spec, run_dir)
+    check_present(spec, spec.run_id)
     return submit_and_wait(CheckpointableTrain(), (spec, str(run_dir)), Path(run_dir),
                            train_shape(spec, launcher.slurm), name=spec.run_id)
 
@@ -77,15 +78,29 @@ def run_job(fn, spec: JobSpec, out: Path, launcher: Launcher):
     if launcher.launcher == "local":
         return fn(spec, out)
     out = Path(out)
-    return submit_and_wait(CheckpointableJob(fn), (spec, out), out.parent, single_job_shape(spec.backend, launcher.slurm),
-                           name=out.stem)
+    check_present(spec, out.stem)
+    return submit_and_wait(CheckpointableJob(fn), (spec, out), out.parent,
+                           single_job_shape(spec.backend, launcher.slurm, spec.KIND), name=out.stem)
 
 
-def single_job_shape(backend: str, slurm: Slurm) -> Slurm:
+def single_job_shape(backend: str, slurm: Slurm, kind: str | None = None) -> Slurm:
     """The Slurm shape of a job that is one process: one node, one task, and for the verl backend one GPU
-    (the vLLM engines of one student), from the site's and the experiment's settings (which, for verl,
-    hold no GPU count: a training job's comes from its layout, see train_shape)."""
-    return slurm.with_(nodes=1, tasks_per_node=1, **({"gpus_per_node": 1} if backend == "verl" else {}))
+    (the vLLM engines of one student), with the CPUs, memory and time of its job kind (`slurm.jobs`, a
+    JobSpec.KIND; config validation requires them for the verl backend's one-GPU jobs) in place of the
+    experiment's, which size its training jobs (a verl training job's GPUs come from its layout: train_shape)."""
+    return slurm.for_kind(kind).with_(nodes=1, tasks_per_node=1, **({"gpus_per_node": 1} if backend == "verl" else {}))
+
+
+def check_present(spec: JobSpec, name: str) -> None:
+    """Before a verl job is submitted (on the login node): every model it loads is a folder or in the local Hugging
+    Face cache, and its data files exist; compute nodes are often offline, and a missing model would otherwise fail
+    the job after it got its node (opd.backends.verl.site.presence_errors)."""
+    if spec.backend != "verl" or getattr(spec, "student_spec", None) is None or getattr(spec, "verl", None) is None:
+        return
+    from opd.backends.verl.site import presence_errors
+    errors = presence_errors(spec.student_spec, spec.verl)
+    if errors:
+        raise JobFailed(f"{name}: not submitted: " + "; ".join(errors))
 
 
 def executor(folder: Path, slurm: Slurm, name: str) -> submitit.AutoExecutor:

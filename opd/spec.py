@@ -338,6 +338,22 @@ class Slurm(Written):
     dead_after_s: float = 120  # how long a job Slurm no longer knows may go without a result
     max_requeues: int = 3  # requeues after a timeout before the job fails
     signal_delay_s: int | None = None  # Slurm's USR2 this long before the time limit (unset: submitit's 90 s)
+    # per job kind (a JobSpec.KIND: heldout, admission, kv_attribution, ...): the sizes of that kind's one-process
+    # jobs (cpus_per_task, mem_gb, time_min), in place of the experiment's training-job sizes (for_kind)
+    jobs: dict = field(default_factory=dict)
+
+    SIZES: ClassVar[tuple[str, ...]] = ("cpus_per_task", "mem_gb", "time_min")
+    SIGNAL_DELAY_S: ClassVar[int] = 90  # submitit's default signal_delay_s (submitit/slurm/slurm.py:415, 482)
+
+    def for_kind(self, kind: str | None) -> "Slurm":
+        """The shape of a one-process job of `kind`: these settings with that kind's sizes (`jobs`) where given."""
+        sizes = dict(self.jobs.get(kind) or {}) if kind else {}
+        return self.with_(**sizes) if sizes else self
+
+    @property
+    def signal_lead_s(self) -> int:
+        """Seconds before the time limit at which Slurm signals the job (submitit then requeues it)."""
+        return self.SIGNAL_DELAY_S if self.signal_delay_s is None else int(self.signal_delay_s)
 
 
 @dataclass(frozen=True)
@@ -394,6 +410,14 @@ class LayoutSettings(Written):
 
 
 @dataclass(frozen=True)
+class Network(Written):
+    """A training job's network: the interface NCCL, Gloo and Ray use between nodes (None: their own choice), and
+    Ray's dashboard (off unless asked for)."""
+    interface: str | None = None  # e.g. ib0: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, and Ray's node IP from it
+    dashboard: bool = False
+
+
+@dataclass(frozen=True)
 class Verl(Written):
     """The verl backend's settings: data, speculative decoding, the cluster layout and extra vLLM engine
     arguments for the standalone engines (admission check, held-out evaluation, KV attribution)."""
@@ -404,7 +428,16 @@ class Verl(Written):
     attention: str = "sdpa"  # the actor's attn_implementation in transformers (flash_attention_2: flash-attn installed)
     logger: tuple[str, ...] = ("console", "file")  # verl's trainer.logger (file always: opd.backends.verl.logparse)
     extra_overrides: tuple[str, ...] = ()  # more Hydra overrides, validated (opd.backends.verl.overrides)
-    NESTED = {"data": VerlData, "speculative": Speculative, "layout": LayoutSettings}
+    # False: the training job prunes optimizer states older than its latest checkpoint, and each held-out
+    # evaluation job removes its step's model state and merged folder once its part is written
+    # (opd.backends.verl.checkpoints); True keeps every checkpoint
+    keep_checkpoints: bool = False
+    # steps between the synchronous trainer's checkpoints (a divisor of train.checkpoint_every; unset: that): what a
+    # requeued k = 0 run can lose, since verl's v1 synchronous trainer has no save on a deadline (k > 0 runs save
+    # before the time limit: opd.backends.verl.gpu.deadline_env)
+    resume_every: int | None = None
+    network: Network | None = None  # the training job's network and Ray settings (opd.backends.verl.gpu)
+    NESTED = {"data": VerlData, "speculative": Speculative, "layout": LayoutSettings, "network": Network}
 
 
 # ---------------------------------------------------------------- the experiment

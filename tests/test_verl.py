@@ -60,11 +60,13 @@ def test_every_paper_run_composes_against_verls_config(paper):
         assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == f"{Path.cwd()}/runs/{run_id}/verl.0.jsonl"
         if k == 0:
             assert cfg.trainer.total_training_steps == 200 and cfg.data.train_batch_size == 8
-            assert cfg.actor_rollout_ref.hybrid_engine and cfg.trainer.save_freq == 40
+            # verl.resume_every: the synchronous trainer saves every 10 steps (the evaluated 40s among them)
+            assert cfg.actor_rollout_ref.hybrid_engine and cfg.trainer.save_freq == 10
         else:
             assert not cfg.actor_rollout_ref.hybrid_engine and cfg.data.train_batch_size == 0
             assert cfg.rollout.total_rollout_steps == 200 * 8 and cfg.async_training.trigger_parameter_sync_step == k
             assert cfg.trainer.save_freq == 40 // k and cfg.trainer.test_freq == 200 // k + 1
+            assert cfg.trainer.esi_redundant_time == 60  # the margin of verl's deadline save (gpu.deadline_env)
         if r.row.algorithm == "opd":
             loss = cfg.distillation.distillation_loss
             assert cfg.distillation.enabled and loss.loss_mode == "k1" and loss.use_policy_gradient
@@ -147,6 +149,7 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
     smoke = load_smoke()
     student = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt")
     M.export_hf(student, tmp_path / "student")
+    M.export_hf(M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/teacher.pt"), tmp_path / "teacher")
     data.toy_task(tmp_path)
     sync, k2 = smoke.ROWS
     assert sync.get("staleness", 0) == 0 and k2["staleness"] == 2
@@ -496,11 +499,35 @@ def test_admission_and_attribution_jobs_take_one_gpu_not_the_training_shape():
     spec = dag.train_spec(e, next(r for r in e.runs() if r.name == "bf16"), {})
     train = launch.train_shape(spec, Slurm.of(C.load()["experiments"]["paper"]["slurm"]))
     assert train.nodes == 2 and train.gpus_per_node == 4  # a training run: teacher node + trainer node
-    # what run_job passes: the site's and the experiment's settings as the launcher file holds them
-    shape = launch.single_job_shape(spec.backend, e.launcher.slurm)
-    assert shape.nodes == 1 and shape.gpus_per_node == 1 and shape.time_min == e.slurm.time_min == 480
-    assert shape.tasks_per_node == 1 and shape.poll_s == C.load()["slurm"]["poll_s"]
+    # what run_job passes: the site's and the experiment's settings as the launcher file holds them, and the job's
+    # kind, whose sizes (slurm.jobs) replace the training job's 64 CPUs, 400 GB and 8 h
+    sizes = C.load()["experiments"]["paper"]["slurm"]["jobs"]
+    for kind in ("heldout", "admission", "kv_attribution"):
+        shape = launch.single_job_shape(spec.backend, e.launcher.slurm, kind)
+        assert shape.nodes == 1 and shape.gpus_per_node == 1 and not shape.exclusive
+        assert (shape.cpus_per_task, shape.mem_gb, shape.time_min) == tuple(sizes[kind][k] for k in Slurm.SIZES)
+        assert shape.cpus_per_task <= e.slurm.cpus_per_task // 4 and shape.mem_gb <= e.slurm.mem_gb / 4  # a GPU's share
+        assert shape.tasks_per_node == 1 and shape.poll_s == C.load()["slurm"]["poll_s"]
     assert not launch.single_job_shape("tiny", Slurm.of({"nodes": 1, "cpus_per_task": 2})).gpus_per_node  # toy
+
+
+def test_a_verl_experiment_without_one_gpu_job_sizes_is_refused_before_any_job():
+    """Each one-GPU job kind needs its own Slurm sizes; without them it would ask for the training job's whole-node
+    CPUs and memory (and sites that cap memory per GPU reject it). The error names the field."""
+    import copy
+    cfg = C.load()
+    bad = copy.deepcopy(cfg)
+    del bad["experiments"]["paper"]["slurm"]["jobs"]["admission"]
+    with pytest.raises(C.ConfigError, match=r"experiment 'paper', field 'slurm.jobs'.*missing \['admission'\]"):
+        C.validate(bad)
+    bad = copy.deepcopy(cfg)
+    bad["experiments"]["paper"]["slurm"]["jobs"]["heldout"]["mem_gb"] = 800
+    with pytest.raises(C.ConfigError, match=r"slurm.jobs.heldout.mem_gb'.*800 is more than a whole training job"):
+        C.validate(bad)
+    bad = copy.deepcopy(cfg)
+    bad["experiments"]["paper"]["slurm"]["jobs"]["evaluation"] = {"time_min": 10}  # not a job kind: the schema
+    with pytest.raises(C.ConfigError, match="evaluation"):
+        C.validate(bad)
 
 
 # ---- verl's fully-async trainer and rollouter, as far as they run on a CPU --------------------------------------

@@ -162,12 +162,23 @@ def test_an_fp8_rows_admission_engine_gets_its_weights_as_verls_weight_sync(tmp_
     export_hf(m, tmp_path / "student")
     engines = []
 
+    events = []
+
+    class Recorder(LoadRecorder):  # verl's extension's load and model iteration (vLLM's worker needs a GPU)
+        def _update_weights(self, weights, *args, **kwargs):
+            events.append("load")
+            super()._update_weights(weights, *args, **kwargs)
+
+        def _iter_all_models(self):
+            yield "model"
+
     class FakeLLM:  # vLLM's LLM as _candidate_samples and offline_logratios use it; the worker is the real hook
         def __init__(self, model, **kw):
             self.kw, self.rpc = kw, []
-            self.worker = type("Worker", (hook.WeightNumerics, LoadRecorder), {})()
+            self.worker = type("Worker", (hook.WeightNumerics, Recorder), {})()
             self.worker.vllm_config = types.SimpleNamespace(additional_config={}, model_config=types.SimpleNamespace(
                 model=model, hf_config=types.SimpleNamespace(num_hidden_layers=2)))
+            self.worker.model_runner = types.SimpleNamespace(vllm_config=self.worker.vllm_config)
             self.model_config = types.SimpleNamespace(max_model_len=64)
             engines.append(self)
 
@@ -184,8 +195,14 @@ def test_an_fp8_rows_admission_engine_gets_its_weights_as_verls_weight_sync(tmp_
     vllm.LLM, vllm.SamplingParams = FakeLLM, lambda **kw: kw
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = dict
-    quant_utils = types.ModuleType("verl.utils.vllm.vllm_quant_utils")
+    quant_utils = types.ModuleType("verl.utils.vllm.vllm_quant_utils")  # verl's FP8 helpers import vLLM
     quant_utils.apply_vllm_quant_patches = lambda: None
+    quant_utils.is_quantized_model = lambda vllm_config: True  # the engine started with quantization fp8
+    quant_utils.prepare_quanted_weights_for_loading = lambda model: events.append(f"prepare {model}") or "state"
+    quant_utils.process_quanted_weights_after_loading = lambda model, st: events.append(f"finish {model} {st}")
+    patch = types.ModuleType("verl.utils.vllm.patch")
+    patch.patch_vllm_moe_model_weight_loader = lambda model: events.append("bf16 path")
+    monkeypatch.setitem(sys.modules, "verl.utils.vllm.patch", patch)
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
     monkeypatch.setitem(sys.modules, "verl.utils.vllm.vllm_quant_utils", quant_utils)
@@ -201,6 +218,8 @@ def test_an_fp8_rows_admission_engine_gets_its_weights_as_verls_weight_sync(tmp_
     assert cand.rpc == ["sync_checkpoint"]
     assert cand.worker.loaded.keys() == m.state_dict().keys()
     assert all(torch.equal(cand.worker.loaded[k], v) for k, v in m.state_dict().items())
+    # verl's steps around every FP8 reload (workers/rollout/vllm_rollout/utils.py:297-301, 338-342), in its order
+    assert events == ["prepare model", "load", "finish model state"]
     # without verl's extension (vLLM's CPU environment) the FP8 path says what it needs
     with pytest.raises(RuntimeError, match="verl's vLLM worker extension"):
         hook.WeightNumerics().sync_checkpoint(str(tmp_path / "student"))

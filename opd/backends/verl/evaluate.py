@@ -12,7 +12,6 @@ GPU of a training allocation waits for them and a timeout or requeue keeps what 
 Paths inside the installed packages are given as file:line."""
 from __future__ import annotations
 
-import gc
 import hashlib
 import os
 import shutil
@@ -30,6 +29,8 @@ from opd import stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
 from opd.spec import HeldoutSpec, KVAttributionSpec, TrainSpec
+
+from .site import model_path
 
 # ---------------------------------------------------------------- held-out evaluation
 
@@ -60,7 +61,8 @@ def merged_checkpoint(checkpoint: Path, merged: Path) -> Path:
         if have:
             return merged
         raise FileNotFoundError(f"{checkpoint}: verl's checkpoint of this step is missing (the training job "
-                                f"saves it: train.checkpoint_every), and no merged folder {merged} exists")
+                                f"saves it: train.checkpoint_every; an earlier evaluation of the step removes it "
+                                f"unless verl.keep_checkpoints), and no merged folder {merged} exists: retrain the run")
     if have and _newest_mtime_ns(merged) >= _newest_mtime_ns(checkpoint):
         return merged
     merged.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,7 @@ def merged_checkpoint(checkpoint: Path, merged: Path) -> Path:
 def policy_model(spec: HeldoutSpec) -> str:
     """The weights the spec evaluates: the student as given at step 0, else the step's merged checkpoint."""
     if spec.step == 0:
-        return spec.student_spec.model
+        return model_path(spec.student_spec.model)
     return str(merged_checkpoint(Path(spec.checkpoint), Path(spec.merged)))
 
 
@@ -97,30 +99,20 @@ def generate_heldout(spec: HeldoutSpec, model: str) -> pd.DataFrame:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from .gpu import _engine_args, _read_parquets, prompt_ids
+    from .gpu import _engine_args, _read_parquets, close_engine, prompt_ids
     from .overrides import HOOK
 
     t = spec.settings
     held = _read_parquets(spec.verl.data.heldout)
-    llm = LLM(model, tokenizer=spec.student_spec.model, worker_extension_cls=HOOK, **_engine_args(0, spec.verl))
+    llm = LLM(model, tokenizer=model_path(spec.student_spec.model), worker_extension_cls=HOOK, **_engine_args(0, spec.verl))
     tok = llm.get_tokenizer()
     prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, p)) for p in held["prompt"]]
     outs = llm.generate(prompts, SamplingParams(n=t.eval_responses, temperature=1.0, seed=spec.step,
                                                 max_tokens=t.max_response_length))
     rows = [{"prompt_id": pid, "prompt": list(out.prompt_token_ids), "response": list(c.token_ids), "text": c.text}
             for pid, out in enumerate(outs) for c in out.outputs]
-    close_engine(llm)  # the engine's memory goes back before the scorers load
+    close_engine(llm)  # the engine's memory goes back before the scorers load (gpu.close_engine)
     return pd.DataFrame(rows)
-
-
-def close_engine(llm) -> None:
-    """End a standalone vLLM engine now (its engine-core process and GPU memory), not whenever the garbage
-    collector runs its finalizer (vllm/v1/engine/core_client.py: weakref.finalize(self, engine_core.shutdown);
-    shutdown detaches it, so it runs once)."""
-    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    if hasattr(core, "shutdown"):
-        core.shutdown()
-    gc.collect()
 
 
 class ScoringDevices(NamedTuple):
@@ -154,7 +146,7 @@ def score_heldout(spec: HeldoutSpec, model: str, samples: pd.DataFrame) -> pd.Da
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     devices = _scoring_devices()
     student = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(devices.student).eval()
-    teacher = AutoModelForCausalLM.from_pretrained(spec.student_spec.teacher, dtype=dtype).to(devices.teacher).eval()
+    teacher = AutoModelForCausalLM.from_pretrained(model_path(spec.student_spec.teacher), dtype=dtype).to(devices.teacher).eval()
     rows = []
     for pid, group in samples.groupby("prompt_id", sort=True):
         sums = np.zeros(3)
@@ -189,6 +181,19 @@ def heldout_step_job(spec: HeldoutSpec, out: Path) -> None:
     part = score_heldout(spec, model, samples)
     store.write_table(part[PART_COLUMNS], out)
     kept.unlink(missing_ok=True)
+    if spec.step and not spec.verl.keep_checkpoints:  # retention: this step's weights are no longer needed
+        release_checkpoint(spec)
+
+
+def release_checkpoint(spec: HeldoutSpec) -> list[Path]:
+    """Once a step's part is written: its verl model state and merged folder go (checkpoints.prune_evaluated;
+    the latest checkpoint stays while its run has not finished training, i.e. has no steps.parquet yet)."""
+    from .checkpoints import prune_evaluated
+    actor = Path(spec.checkpoint)  # <run>/verl_checkpoints/global_step_<n>/actor
+    folder = actor.parent
+    n = int(folder.name.rsplit("_", 1)[1])
+    finished = (folder.parent.parent / "steps.parquet").exists()
+    return prune_evaluated(folder.parent, n, Path(spec.merged), finished)
 
 
 def gather_heldout(parts, out: Path, *, run_id: str, config: str, student: str, seed: int) -> pd.DataFrame:
@@ -287,5 +292,5 @@ def kv_attribution_job(spec: KVAttributionSpec, out: Path) -> None:
             store.write_table(stats.sequence_frame(sums, tokens, spec.responses, student=spec.student, recipe=c.recipe,
                                                    part=c.part, mode=c.mode, layer=c.layer), final[c])
             kept[c].unlink()
-        del ref
+        gpu.close_engine(ref)
     store.write_table(pd.concat([store.read_table(final[c]) for c in cases], ignore_index=True), out)

@@ -19,17 +19,20 @@ import pandas as pd
 
 from opd import stats, store
 from opd.rows import Row
-from opd.spec import AdmissionSpec, KVAttributionSpec, TrainSpec, Verl
+from opd.spec import AdmissionSpec, KVAttributionSpec, Network, Slurm, TrainSpec, Verl
 
 from . import logparse
+from .checkpoints import Pruner
 from .layout import layout as layout_of
 from .hook import GUARD_LOG
 from .overrides import HOOK, entry_point, overrides, runtime_modules, vllm_kv_args, weight_numerics
 from .plan import native_engine_args
+from .site import check_driver, data_path, model_path
 
 def _read_parquets(paths) -> pd.DataFrame:
+    """Data files as config.yaml names them (a relative path is the repository's: site.data_path), joined."""
     paths = [paths] if isinstance(paths, (str, Path)) else paths
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return pd.concat([pd.read_parquet(data_path(str(p))) for p in paths], ignore_index=True)
 
 
 class Allocation(NamedTuple):
@@ -102,6 +105,45 @@ class RayCluster(NamedTuple):
         return [f"--dashboard-agent-listen-port={self.port + 3}", f"--dashboard-agent-grpc-port={self.port + 4}",
                 f"--temp-dir={self.temp_dir}"]
 
+    def logs(self) -> Path:
+        """This node's Ray logs (the raylet's, every worker's, and so vLLM's, which runs in Ray workers):
+        `<temp dir>/session_latest/logs` (ray/_private/node.py: session_latest symlink, get_logs_dir_path)."""
+        return Path(self.temp_dir) / "session_latest" / "logs"
+
+
+def copy_logs(cluster: RayCluster, run_dir: Path) -> Path | None:
+    """Copy this node's Ray and vLLM logs into the run folder (`logs/<attempt's job id>/<host>/`), before the
+    node-local temp dir is lost with the job. Returns the copy, None when this node has no logs."""
+    import shutil
+    src = cluster.logs()
+    if not src.is_dir():
+        return None
+    dest = Path(run_dir) / "logs" / str(os.environ.get("SLURM_JOB_ID", "local")) / socket.gethostname()
+    shutil.copytree(src, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True,
+                    ignore=shutil.ignore_patterns("*.sock", "sockets"))
+    return dest
+
+
+def network_env(network: Network | None) -> dict:
+    """The variables NCCL and Gloo read for the interface between nodes (NCCL's and PyTorch's own settings,
+    from verl.network.interface), for every Ray process of the job; empty when unset."""
+    if network is None or not network.interface:
+        return {}
+    return {"NCCL_SOCKET_IFNAME": network.interface, "GLOO_SOCKET_IFNAME": network.interface}
+
+
+def node_ip(network: Network | None) -> list[str]:
+    """`ray start`'s --node-ip-address: this node's IPv4 address on verl.network.interface (none when unset)."""
+    if network is None or not network.interface:
+        return []
+    import psutil
+    addrs = psutil.net_if_addrs().get(network.interface)
+    ip = next((a.address for a in addrs or () if a.family == socket.AF_INET), None)
+    if ip is None:
+        raise RuntimeError(f"verl.network.interface {network.interface!r}: no IPv4 address on {socket.gethostname()} "
+                           f"(interfaces: {sorted(psutil.net_if_addrs())})")
+    return [f"--node-ip-address={ip}"]
+
 
 RAY_PORTS = range(20000, 30000, 5)  # five ports a job: above Ray's worker ports (10002-19999), below Linux's ephemeral
 
@@ -120,14 +162,18 @@ def ray_cluster(job_id: str | None = None) -> RayCluster:
     return RayCluster(RAY_PORTS[digits % len(RAY_PORTS)], f"/tmp/opd-ray-{job_id}")  # short: Ray's sockets live in it
 
 
-def start_ray_head(nodes: int, head: str, env: dict, cluster: RayCluster, timeout_s: float = 600) -> str:
+def start_ray_head(nodes: int, head: str, env: dict, cluster: RayCluster, timeout_s: float = 600,
+                   network: Network | None = None) -> str:
     """Start the job's Ray head on this node (`cluster`: its port and temp dir) with a fresh token (`env`:
     ray_env) and wait until `nodes` nodes (this one included) have joined; returns the cluster's address,
-    which verl's `ray.init` reads from RAY_ADDRESS (Ray's own variable): never an address-less init."""
+    which verl's `ray.init` reads from RAY_ADDRESS (Ray's own variable): never an address-less init.
+    `network`: verl.network (the interface's address as the node's, the dashboard on or off)."""
     _write_ray_token(env)
+    dashboard = bool(network and network.dashboard)
     subprocess.run(["ray", "start", "--head", f"--port={cluster.port}", f"--ray-client-server-port={cluster.port + 1}",
-                    "--include-dashboard=false", f"--dashboard-port={cluster.port + 2}", *cluster.ports(),
-                    "--disable-usage-stats"], check=True, env={**os.environ, **env})
+                    f"--include-dashboard={str(dashboard).lower()}", f"--dashboard-port={cluster.port + 2}",
+                    *cluster.ports(), *node_ip(network), "--disable-usage-stats"], check=True,
+                   env={**os.environ, **env, **network_env(network)})
     address = f"{head}:{cluster.port}"
     deadline = time.monotonic() + timeout_s
     while (alive := _alive_nodes(address, env)) < nodes:
@@ -160,26 +206,74 @@ def stop_ray(cluster: RayCluster, grace_s: float = 16) -> int:
     return len(procs)
 
 
-def _ray_worker(head: str, env: dict, cluster: RayCluster) -> None:
-    """Join the head's Ray cluster (waiting for it to start) and block until the head stops Ray."""
+def _ray_worker(head: str, env: dict, cluster: RayCluster, network: Network | None = None,
+                run_dir: Path | None = None) -> None:
+    """Join the head's Ray cluster (waiting for it to start) and block until the head stops Ray; then copy this
+    node's Ray logs into the run folder."""
     wait_for_port(head, cluster.port, timeout_s=600)
     try:
-        subprocess.run(["ray", "start", f"--address={head}:{cluster.port}", *cluster.ports(), "--block"], check=False,
-                       env={**os.environ, **env})
+        subprocess.run(["ray", "start", f"--address={head}:{cluster.port}", *cluster.ports(), *node_ip(network),
+                        "--block"], check=False, env={**os.environ, **env, **network_env(network)})
     finally:
         stop_ray(cluster)  # whatever of this node's part outlived the head
+        if run_dir is not None:
+            copy_logs(cluster, run_dir)
 
 
 def train_worker(spec: TrainSpec, run_dir: Path) -> None:
     """Tasks 1, 2, ... of a multi-node run (one per node): lend this node's GPUs to task 0's Ray cluster
-    until task 0 stops it. Writes nothing."""
-    _ray_worker(_allocation().head, ray_env(run_dir), ray_cluster())
+    until task 0 stops it. Writes only this node's Ray logs (run folder's logs/)."""
+    check_driver(f"{spec.run_id} (node {socket.gethostname()})")
+    _ray_worker(_allocation().head, ray_env(run_dir), ray_cluster(), spec.verl.network, Path(run_dir))
+
+
+def signal_lead_s(default: int = Slurm.SIGNAL_DELAY_S) -> int:
+    """Seconds before its time limit at which Slurm signals this job: the `--signal=USR2@N` line submitit wrote
+    into the job's batch script (submitit/slurm/slurm.py:482), else submitit's default."""
+    import re
+    try:
+        import submitit
+        script = Path(submitit.JobEnvironment().paths.submission_file).read_text()
+    except Exception:  # not a submitit job (a run by hand)
+        return default
+    m = re.search(r"--signal=\w+@(\d+)", script)
+    return int(m.group(1)) if m else default
+
+
+def job_end(job_id: str) -> float | None:
+    """The Slurm job's end (its time limit) as a Unix time, from `scontrol show job` (EndTime, the node's local
+    time), None when Slurm gives none (no limit)."""
+    from datetime import datetime
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True).stdout
+    for tok in out.split():
+        if tok.startswith("EndTime="):
+            try:
+                return datetime.fromisoformat(tok.split("=", 1)[1]).timestamp()
+            except ValueError:  # Unknown, None
+                return None
+    return None
+
+
+# verl's deadline save: the fully-async trainer saves a checkpoint once the time left until this Unix time is at
+# most its longest step + 60 s + trainer.esi_redundant_time (utils/checkpoint/checkpoint_manager.py:262-284,
+# experimental/fully_async_policy/fully_async_trainer.py:873-897); verl reads the time from this variable
+DEADLINE_VAR = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
+
+
+def deadline_env(job_id: str | None = None) -> dict:
+    """For a k > 0 run in a Slurm job: verl's deadline variable set to the moment Slurm signals the job before its
+    time limit (job_end - signal_lead_s), so verl saves the last version before submitit requeues the job and
+    the next attempt resumes from it; empty outside Slurm or without a time limit."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    end = job_end(job_id) if job_id else None
+    return {} if end is None else {DEADLINE_VAR: str(int(end - signal_lead_s()))}
 
 
 def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
     """Task 0 of a run: Ray across the allocation's nodes, verl's trainer (resuming from its own
     checkpoints), then verl's JSONL log as steps.parquet. The held-out evaluation is not part of it."""
     spec = TrainSpec.of(spec)
+    check_driver(spec.run_id)  # first: a node whose driver cannot run CUDA 13 fails in seconds, not in verl
     run_dir = Path(run_dir).resolve()  # verl runs inside the run folder: every path it gets is absolute
     row, student, seed = spec.row, spec.student, spec.seed
     missing = {m: why for m, why in runtime_modules(row, spec.verl).items() if importlib.util.find_spec(m) is None}
@@ -191,19 +285,25 @@ def train_run(spec: TrainSpec | Mapping, run_dir: Path) -> None:
         raise RuntimeError(f"{spec.run_id}: the allocation has {nodes} node(s), the row's verl layout needs {need}")
     # verl's file logger truncates its file: every attempt gets its own (logparse reads them all); the
     # path reaches the logger's Ray actor through the runtime_env in the overrides
+    network = spec.verl.network
     args = overrides(row, spec.student_spec, spec.settings, spec.verl, student=student, seed=seed,
-                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.guard)
+                     run_dir=str(run_dir), log_path=str(logparse.attempt_log(run_dir)), guard=spec.guard,
+                     env={**network_env(network), **(deadline_env() if row.staleness else {})})
     # a held-out file of earlier weights is not this training's: run.json must not record it (the evaluation
     # jobs write the run's heldout.parquet after the training; evaluate.gather_heldout)
     (run_dir / "heldout.parquet").unlink(missing_ok=True)
     # the job's own Ray cluster, also on one node, and verl's driver joins it by address
     cluster = ray_cluster()
     env = {**os.environ, **ray_env(run_dir)}
+    pruner = Pruner(run_dir, spec) if not spec.verl.keep_checkpoints else None
     try:
-        env["RAY_ADDRESS"] = start_ray_head(nodes, head, ray_env(run_dir), cluster)
+        env["RAY_ADDRESS"] = start_ray_head(nodes, head, ray_env(run_dir), cluster, network=network)
         subprocess.run([sys.executable, "-m", entry_point(row), *args], check=True, env=env, cwd=run_dir)
     finally:  # also when verl fails: the workers' `ray start --block` returns, so their tasks end
         stop_ray(cluster)
+        copy_logs(cluster, run_dir)
+        if pruner:
+            pruner.stop()
     t = spec.settings
     logparse.write_steps(logparse.attempt_logs(run_dir), run_dir / "steps.parquet", run_id=spec.run_id,
                          config=row.name, student=student, seed=seed,
@@ -273,7 +373,7 @@ def _candidate_samples(spec: AdmissionSpec | KVAttributionSpec, row: Row,
     if native:  # verl's loader patches, as its rollout server installs them before its engine starts (:1259)
         from verl.utils.vllm.vllm_quant_utils import apply_vllm_quant_patches
         apply_vllm_quant_patches()
-    cand = LLM(s.model, worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl), **vllm_kv_args(row, s.layers),
+    cand = LLM(model_path(s.model), worker_extension_cls=HOOK, **_engine_args(spec.seed, spec.verl), **vllm_kv_args(row, s.layers),
                **native)
     if native:  # started on dummy weights: the BF16 checkpoint arrives as verl's weight sync, quantized on load
         cand.collective_rpc("sync_checkpoint", args=(None, numerics or {}))
@@ -288,9 +388,19 @@ def _candidate_samples(spec: AdmissionSpec | KVAttributionSpec, row: Row,
                                                  max_tokens=min(spec.settings.max_response_length, room)))
     samples = [(list(o.prompt_token_ids), list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
                for o in outs for c in o.outputs]
-    del cand
-    gc.collect()  # release the candidate engine's cache before the next engine reserves its own
+    close_engine(cand)  # its GPU memory back before the next engine's start-up measures what is free
     return samples
+
+
+def close_engine(llm) -> None:
+    """End a standalone vLLM engine now (its engine-core process and GPU memory), not whenever the garbage
+    collector runs its finalizer (vllm/v1/engine/core_client.py: weakref.finalize(self, engine_core.shutdown);
+    shutdown detaches it, so it runs once). Every standalone engine ends here before the next one starts: at
+    gpu_memory_utilization 0.5 a second engine's start-up check fails while the first still holds its half."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if hasattr(core, "shutdown"):
+        core.shutdown()
+    gc.collect()
 
 
 def _engine_args(seed: int, verl: Verl) -> dict:
@@ -310,7 +420,10 @@ def offline_logratios(spec: AdmissionSpec | KVAttributionSpec, rows: list[Row]) 
     messages = offline_messages(spec)
     samples = [_candidate_samples(spec, row, messages) for row in rows]
     ref = reference_engine(spec)
-    return [rescore(ref, seqs) for seqs in samples]
+    try:
+        return [rescore(ref, seqs) for seqs in samples]
+    finally:
+        close_engine(ref)
 
 
 def offline_messages(spec: AdmissionSpec | KVAttributionSpec) -> list[list]:
@@ -322,7 +435,7 @@ def offline_messages(spec: AdmissionSpec | KVAttributionSpec) -> list[list]:
 def reference_engine(spec: AdmissionSpec | KVAttributionSpec):
     """The standard BF16 engine on the student's weights, which rescores candidate samples."""
     from vllm import LLM
-    return LLM(spec.student_spec.model, **_engine_args(spec.seed, spec.verl))
+    return LLM(model_path(spec.student_spec.model), **_engine_args(spec.seed, spec.verl))
 
 
 def rescore(ref, seqs: list[tuple[list[int], list[int], list[float]]]) -> LogRatios:

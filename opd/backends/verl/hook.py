@@ -16,9 +16,11 @@ entry for one sync, whose buckets reach `_update_weights`) the hook reads the d_
 (the run folder's verl.<attempt>.jsonl, logparse.d_n_by_step), replays opd.guard.GuardState over them,
 and loads the synced weights with the row's numerics, or as the trainer sent them (BF16: the fallback)
 while the guard is active; rank 0 of each engine appends its decision to GUARD_LOG, which logparse turns
-into steps.parquet's `engine` and `guard_active`. verl logs step n after the sync that follows update n
-(trainer/ppo/ray_trainer.py:1715-1716, 1802), so a sync sees d_n up to n - 1 and its weights first roll
-out step n + 1: the decision lags one step (GUARD_LAG). Only the numerics the hook applies can switch:
+into steps.parquet's `engine` and `guard_active`. `verl.trainer.main_ppo` runs verl's v1 trainer
+(trainer.use_v1: true, main_ppo.py:183-184; trainer_mode sync), which syncs the weights of update n in
+on_step_end (trainer/ppo/v1/trainer_sync.py:35-38, called at trainer_base.py:487) before it logs step n
+(trainer_base.py:514), so a sync sees d_n up to n - 1 and its weights first roll out step n + 1: the decision
+lags one step (GUARD_LAG). Only the numerics the hook applies can switch:
 the staleness (fixed when verl's trainer starts) and vLLM's own KV-cache dtype and quantization (engine
 arguments) cannot; plan.errors refuses such guards.
 
@@ -59,7 +61,8 @@ def transform_weights(weights: Iterable[tuple[str, torch.Tensor]], numerics: dic
 
 
 def checkpointed_step(run_dir: Path) -> int:
-    """The step of the run's latest verl checkpoint (verl's tracker file, ray_trainer.py:1040-1045), 0 if none."""
+    """The step of the run's latest verl checkpoint (verl's tracker file, trainer/ppo/v1/trainer_base.py:1022-1026),
+    0 if none."""
     tracker = Path(run_dir) / CHECKPOINTS / "latest_checkpointed_iteration.txt"
     return int(tracker.read_text().strip()) if tracker.exists() else 0
 
@@ -109,14 +112,18 @@ def local_checkpoint(model: str, revision: str | None = None, cache_dir: str | N
         raise FileNotFoundError(f"{model}: neither a folder nor a model in the local Hugging Face cache ({e})") from e
 
 
-def checkpoint_weights(model_dir) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of a local Hugging Face checkpoint's safetensors files."""
+def checkpoint_weights(model_dir, device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of a local Hugging Face checkpoint's safetensors files, loaded onto `device`. A standalone
+    engine loads them onto its worker's GPU before the numerics apply: the fixed noise direction is drawn on the
+    tensor's device (opd.quant.gaussian_noise), and a training run's engine draws it on the GPU, where verl's
+    weight sync delivers every bucket (workers/rollout/vllm_rollout/utils.py:286-290, BucketedWeightReceiver on
+    self.device), so the admission check perturbs the weights exactly as training does."""
     from safetensors import safe_open
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"{model_dir}: no *.safetensors (the admission check needs a local checkpoint)")
     for f in files:
-        with safe_open(str(f), framework="pt") as st:
+        with safe_open(str(f), framework="pt", device=str(device)) as st:
             for name in st.keys():
                 yield name, st.get_tensor(name)
 
@@ -173,7 +180,8 @@ class WeightNumerics(_verl_extension()):
         numerics = numerics if numerics is not None else self._opd_numerics()
         mc, lc = self.vllm_config.model_config, getattr(self.vllm_config, "load_config", None)
         weights = checkpoint_weights(model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None),
-                                                                   getattr(lc, "download_dir", None)))
+                                                                   getattr(lc, "download_dir", None)),
+                                     self._opd_device())
         if numerics:
             weights = transform_weights(weights, numerics, self._opd_layers())
         self.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
@@ -193,7 +201,43 @@ class WeightNumerics(_verl_extension()):
         numerics = numerics if numerics is not None else self._opd_numerics()
         mc, lc = self.vllm_config.model_config, getattr(self.vllm_config, "load_config", None)
         folder = model_dir or local_checkpoint(mc.model, getattr(mc, "revision", None), getattr(lc, "download_dir", None))
-        weights = checkpoint_weights(folder)
+        weights = checkpoint_weights(folder, self._opd_device())
         if numerics:
             weights = transform_weights(weights, numerics, self._opd_layers())
-        super()._update_weights(list(weights), peft_config=None, base_sync_done=False)
+        self._opd_verl_reload(list(weights))
+
+    def _opd_device(self):
+        """Where this worker's weights live (vLLM's Worker.device: its GPU), the CPU without one."""
+        return getattr(self, "device", None) or "cpu"
+
+    def _opd_verl_reload(self, weights: list) -> None:
+        """One weight load through verl's `_update_weights`, with the steps verl's weight sync wraps around every
+        load (update_weights_from_ipc, workers/rollout/vllm_rollout/utils.py:248-353), which a load that bypasses
+        it must take itself: before the first bucket, an FP8 engine's parameters are put back into the
+        checkpoint layout their loaders expect (prepare_quanted_weights_for_loading, utils/vllm/
+        vllm_quant_utils.py:410-425: kernels such as DeepGEMM's repack the block scales, vllm_fp8_utils.py:170-
+        272), and after the last the kernel layout is derived again (process_quanted_weights_after_loading,
+        vllm_quant_utils.py:428-436); a BF16 engine gets vLLM's process_weights_after_loading once
+        (utils.py:343-353) and, before loading, verl's MoE weight-loader patch (utils.py:242-246). QAT and LoRA
+        engines, which verl also serves there, are not this project's."""
+        from verl.utils.vllm.patch import patch_vllm_moe_model_weight_loader
+        from verl.utils.vllm.vllm_quant_utils import (
+            is_quantized_model,
+            prepare_quanted_weights_for_loading,
+            process_quanted_weights_after_loading,
+        )
+        quantized = is_quantized_model(self.model_runner.vllm_config)
+        states = []
+        for model in self._iter_all_models():
+            if quantized:
+                states.append((model, prepare_quanted_weights_for_loading(model)))
+            else:
+                patch_vllm_moe_model_weight_loader(model)
+        super()._update_weights(weights, peft_config=None, base_sync_done=False)
+        if quantized:
+            for model, state in states:
+                process_quanted_weights_after_loading(model, state)
+        else:
+            from vllm.model_executor.model_loader.utils import process_weights_after_loading
+            for model, model_config in self._iter_all_models_with_config():
+                process_weights_after_loading(model, model_config, self.device)

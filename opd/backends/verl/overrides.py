@@ -43,10 +43,12 @@ from opd.spec import Experiment, Run, Settings, Student, Verl
 from .layout import Layout
 from .layout import layout as layout_of
 from .plan import CHECKPOINTS, native_quantization, schedule
+from .site import data_path, model_path
 
 SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
 HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension applying weight numerics
+ESI_MARGIN_S = 60  # seconds beyond verl's own 60 s for a checkpoint save, before the Slurm signal
 REWARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reward.py")  # verl loads it by path
 
 
@@ -144,29 +146,31 @@ def run_overrides(cfg: dict, run: Run, run_dir: str = ".", **kw) -> list[str]:
 
 def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings | dict, verl: Verl | dict, *,
               student: str, seed: int = 0, run_dir: str = ".", log_path: str | None = None,
-              pools: Layout | None = None, guard: Guard | dict | None = None) -> list[str]:
+              pools: Layout | None = None, guard: Guard | dict | None = None, env: dict | None = None) -> list[str]:
     """Hydra overrides for one run of `row` by `student` (its spec, opd.spec.Student) with the run's
     training settings (opd.spec.Experiment.settings) and the experiment's verl settings, exactly what a
     training job's spec holds (config.yaml's mappings of them are read as those types). verl's file logger
     writes to `log_path` (default: the run folder's next attempt log); `pools` replaces the layout
     `verl.layout` gives (benchmarks/verl_smoke.py: one node); `guard`: the row's resolved guard
-    (opd.spec.Experiment.guard: d_max a number), which the weight-sync hook applies."""
+    (opd.spec.Experiment.guard: d_max a number), which the weight-sync hook applies; `env`: variables of verl's,
+    NCCL's or Gloo's own for every Ray process of the run (gpu.train_run: verl.network, verl's deadline), through
+    the runtime_env verl's ray.init passes to every worker (main_ppo.py:62-74)."""
     from .logparse import attempt_log
     r, s, t, v = Row.of(row), Student.of(student_spec), Settings.of(settings), Verl.of(verl)
     guard = Guard.of(guard) if guard else None
     n_layers = s.layers
     k = r.staleness
-    plan = schedule(t, k)
+    plan = schedule(t, k, v.resume_every)
     rollout = "actor_rollout_ref.rollout"
     log_path = os.path.abspath(log_path or attempt_log(run_dir))
     o = [
-        # data paths absolute: relative ones mean the working directory's (the repository), verl runs in the run folder
-        f"data.train_files={hydra_value([os.path.abspath(v.data.train)])}",
-        f"data.val_files={hydra_value([os.path.abspath(f) for f in v.data.heldout])}",
+        # paths absolute (a relative one is the repository's: opd.backends.verl.site), since verl runs in the run folder
+        f"data.train_files={hydra_value([data_path(v.data.train)])}",
+        f"data.val_files={hydra_value([data_path(f) for f in v.data.heldout])}",
         f"data.max_prompt_length={hydra_value(t.max_prompt_length)}",
         f"data.max_response_length={hydra_value(t.max_response_length)}",
         f"data.seed={hydra_value(seed)}",
-        f"actor_rollout_ref.model.path={hydra_value(s.model)}",
+        f"actor_rollout_ref.model.path={hydra_value(model_path(s.model))}",
         f"actor_rollout_ref.actor.optim.lr={hydra_value(t.lr)}",
         # the tiny trainer's schedules by the same names: constant, or cosine down to 0 at the last step
         f"actor_rollout_ref.actor.optim.lr_scheduler_type={hydra_value(t.lr_schedule)}",
@@ -210,6 +214,7 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         # possibly on another node: verl's ray.init passes this runtime_env to every worker of the job
         # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
+        *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k_}={hydra_value(str(v_))}" for k_, v_ in (env or {}).items()),
         "trainer.project_name=opd-budget",
         f"trainer.experiment_name={hydra_value(f'{r.name}.{student}.s{seed}')}",
         *(pools or layout_of(v, r)).overrides(),
@@ -230,6 +235,8 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
             # at the end fit() logs the last update's metrics only if version % test_freq != 0
             # (fully_async_trainer.py:529-533); one more than the last version also never validates (:817-821)
             f"trainer.test_freq={hydra_value(t.steps // k + 1)}",
+            # the deadline save (gpu.deadline_env) leaves this margin beyond verl's 60 s for the save itself
+            f"trainer.esi_redundant_time={ESI_MARGIN_S}",
         ]
     if r.algorithm == "opd":
         o += [
@@ -237,7 +244,7 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
             "distillation.distillation_loss.loss_mode=k1",
             "distillation.distillation_loss.use_policy_gradient=True",
             "distillation.distillation_loss.use_task_rewards=False",
-            f"distillation.teacher_models.teacher_model.model_path={hydra_value(s.teacher)}",
+            f"distillation.teacher_models.teacher_model.model_path={hydra_value(model_path(s.teacher))}",
             # the teacher scores prompt + response and must have room for the one token vLLM generates
             # (vllm_async_server.py:593-599); left unset it is the model's max_position_embeddings
             # (:1104-1105), and verl's own check of the room is skipped (workers/config/distillation.py:178)
@@ -262,9 +269,11 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
                                   "log": log_path}
         o.append(f"+{rollout}.engine_kwargs.vllm.additional_config={hydra_value(extra)}")
     spec = v.speculative
-    if r.speculative and spec and s.eagle3:
+    if r.speculative:  # config validation refuses a speculative row without verl.speculative or a draft (plan.errors)
+        if not (spec and s.eagle3):
+            raise ValueError(f"row {r.name!r}: speculative, but no verl.speculative or no eagle3 draft for {student!r}")
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
-            {"method": spec.method, "model": s.eagle3, "num_speculative_tokens": spec.num_speculative_tokens}))
+            {"method": spec.method, "model": model_path(s.eagle3), "num_speculative_tokens": spec.num_speculative_tokens}))
     return o + extra_overrides(o, v)
 
 

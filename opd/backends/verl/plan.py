@@ -32,11 +32,13 @@ class Schedule:
         return step // self.k
 
 
-def schedule(settings: Settings | dict, staleness: int) -> Schedule:
-    """The run's Schedule from its training settings (steps, checkpoint_every, eval_every) and staleness k;
-    `schedule_errors` says which settings it cannot honour."""
+def schedule(settings: Settings | dict, staleness: int, resume_every: int | None = None) -> Schedule:
+    """The run's Schedule from its training settings (steps, checkpoint_every, eval_every), staleness k and, for
+    k = 0, verl.resume_every (the synchronous trainer saves that often, so a requeue loses fewer steps; the
+    asynchronous one saves before the time limit instead); `schedule_errors` says which settings it cannot honour."""
     s, k = Settings.of(settings), max(1, int(staleness))
-    return Schedule(k=k, save_freq=s.checkpoint_every // k, eval_steps=tuple(s.eval_steps()))
+    every = resume_every if (resume_every and int(staleness) == 0) else s.checkpoint_every
+    return Schedule(k=k, save_freq=every // k, eval_steps=tuple(s.eval_steps()))
 
 
 def schedule_errors(settings: Settings | dict, staleness: int) -> list[tuple[str, str]]:
@@ -146,6 +148,18 @@ def errors(row: dict, experiment: dict) -> list[str]:
     if g is not None and (r.kv_cache != "none" or native_quantization(r) or r.activations != "none"):
         out.append("guard: the row's KV-cache dtype and vLLM quantization are engine arguments fixed when vLLM starts; "
                    "the weight-sync hook can switch only the numerics it applies itself (emulated weights, noise)")
+    if r.speculative:
+        spec = (experiment.get("verl") or {}).get("speculative")
+        students = experiment.get("students", {})
+        first = next(iter(students), None)
+        no_draft = [s for s in r.students_or(first) if not (students.get(s) or {}).get("eagle3")]
+        if not spec:
+            out.append("speculative: the experiment has no verl.speculative (method, num_speculative_tokens); without "
+                       "it the rollout would run without speculative decoding")
+        elif no_draft:
+            out.append(f"speculative: student(s) {no_draft} name no draft model (students.<name>.eagle3): the rollout "
+                       f"would run without speculative decoding; name a {spec['method']} draft for each, or drop "
+                       f"speculative from the row")
     k = r.staleness
     if k > 0 and t.lr_schedule != "constant":
         out.append(f"staleness: with k > 0 verl's asynchronous trainer sets the scheduler's length to the number "
@@ -157,13 +171,40 @@ def errors(row: dict, experiment: dict) -> list[str]:
     return out
 
 
-def experiment_errors(experiment: dict) -> list[str]:
-    """What verl cannot do with a verl experiment's own settings, as `field: reason`."""
+# The one-GPU jobs of a verl experiment, each with Slurm sizes of its own (slurm.jobs): without them a job would
+# ask for a training job's CPUs, memory and time, and hold a node's other GPUs idle behind them
+ONE_GPU_JOBS = ("heldout", "admission", "kv_attribution")
+
+
+def experiment_errors(experiment: dict, site_slurm: dict | None = None) -> list[str]:
+    """What verl cannot do with a verl experiment's own settings, as `field: reason`. `site_slurm`: the config's
+    top-level `slurm:` (the experiment's is merged over it, opd.spec.Experiment)."""
+    from .site import student_errors
     out = [f"{f}: {e}" for f, e in schedule_errors(experiment["train"], 0)]
     for key in ("nodes", "gpus_per_node"):
         if key in experiment.get("slurm", {}):
             out.append(f"slurm.{key}: a verl run's Slurm shape follows from verl.layout (opd.backends.verl.layout); "
                        f"set the layout instead")
+    every = (experiment.get("verl") or {}).get("resume_every")
+    if every and experiment["train"].get("checkpoint_every", 0) % every:
+        out.append(f"verl.resume_every: {every} does not divide train.checkpoint_every "
+                   f"({experiment['train'].get('checkpoint_every')}): the evaluated steps' checkpoints must be saved")
+    slurm = {**(site_slurm or {}), **experiment.get("slurm", {})}
+    jobs = slurm.get("jobs") or {}
+    missing = [k for k in ONE_GPU_JOBS if k not in jobs]
+    if missing:
+        out.append(f"slurm.jobs: the verl backend's one-GPU jobs need sizes of their own (cpus_per_task, mem_gb, "
+                   f"time_min), not the training job's; missing {missing}")
+    for kind, sizes in jobs.items():
+        gaps = [k for k in ("cpus_per_task", "mem_gb", "time_min") if k not in sizes and k not in slurm]
+        if kind in ONE_GPU_JOBS and gaps:
+            out.append(f"slurm.jobs.{kind}: give {gaps} (the experiment's own are the training job's)")
+        elif kind in ONE_GPU_JOBS:
+            for k in ("cpus_per_task", "mem_gb", "time_min"):
+                if k in slurm and k in sizes and sizes[k] > slurm[k]:
+                    out.append(f"slurm.jobs.{kind}.{k}: {sizes[k]} is more than a whole training job's ({slurm[k]}) "
+                               f"for a job of one GPU")
+    out += [f"{f}: {why}" for f, why in student_errors(experiment.get("students", {}))]
     return out
 
 
