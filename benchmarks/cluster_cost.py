@@ -32,31 +32,9 @@ from opd.backends.verl.layout import layout  # noqa: E402
 from opd.quant import kv_attribution_cases  # noqa: E402
 from opd.spec import Experiment  # noqa: E402
 
-REFERENCE = "r1-7b"  # the student issue #28's estimates are for
-# (value for the reference student, source); every value an estimate until measured
-ESTIMATES = {
-    "train_h": (6.0, "estimate, issue #28: about 6 h of training (200 steps) for the 7B student"),
-    "eval_step_h": (4.0 / 6, "estimate, issue #28: 3-5 h for 6 evaluated steps x 2,120 responses on one GPU "
-                             "(generation, then two transformers models scoring); midpoint 4 h / 6 steps"),
-    "eval_job_start_h": (5 / 60, "estimate: a fresh 1-GPU job loads one vLLM engine and two scorers (~5 min)"),
-    "merge_h": (3 / 60, "estimate: verl.model_merger of one FSDP checkpoint to a Hugging Face folder (~3 min)"),
-    "train_restart_h": (10 / 60, "estimate: a requeued training job restarts Ray and verl and resumes (~10 min)"),
-    "kv_case_h": (8.0 / 57, "estimate, issue #28: 7-9 h for the 57 cases of a 28-layer 7B student (midpoint 8 h)"),
-    "kv_restart_h": (5 / 60, "estimate: a requeued attribution job restarts its engines (~5 min)"),
-    "admission_h": (0.25, "estimate: 16 prompts x 2 responses, a candidate and a reference engine (~15 min)"),
-}
+from opd.backends.verl import cost as C_  # noqa: E402  the design's own cost model: one home of the estimates
 
-
-def scaled(key: str, student: str, e: Experiment, times: dict) -> float:
-    """A phase's hours for `student`: measured (--times) where given, else the reference student's estimate scaled
-    by parameter count (time-per-token phases: training, evaluation, attribution); fixed costs are not scaled."""
-    given = times.get(key, {})
-    if student in given:
-        return float(given[student])
-    value = ESTIMATES[key][0]
-    if key in ("train_h", "eval_step_h", "kv_case_h", "admission_h"):
-        value *= e.students[student].n_params / e.students[REFERENCE].n_params
-    return value
+ESTIMATES, scaled = C_.ESTIMATES, C_.scaled
 
 
 def attempts(work_h: float, limit_h: float, restart_h: float, keeps: bool) -> tuple[float, int]:
@@ -137,8 +115,12 @@ def costs(e: Experiment, times: dict | None = None) -> dict:
             for s in r.students_or(e.primary):
                 old["admission"] += scaled("admission_h", s, e, times)
                 new["admission"] += scaled("admission_h", s, e, times)
-    new[IDLE] = 0.0  # every evaluation job computes on its one GPU
-    return {"before": old, "after": new, "notes": notes, "time_limit_h": limit_h,
+    # after: the design's own cost model (opd.backends.verl.cost), requeue loss and one-GPU job sizes included
+    now = C_.gpu_hours(e, times)
+    new = {"training": now["training"], "held-out evaluation": now["held-out evaluation"], IDLE: 0.0,
+           "KV attribution": now["KV attribution"], "admission": now["admission"]}
+    return {"before": old, "after": new, "notes": notes, "time_limit_h": limit_h, "requeue_loss": now[
+            "  of which requeue loss"], "disk": C_.disk_summary(e),
             "runs": len(e.runs()), "sources": {k: v[1] for k, v in ESTIMATES.items() if k not in times}}
 
 
@@ -149,7 +131,9 @@ def total(phases: dict) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--experiment", default="paper")
-    p.add_argument("--times", type=Path, default=None, help="measured phase hours per student (JSON)")
+    p.add_argument("--times", type=Path, default=None,
+                   help="measured phase hours, JSON {phase: {student or '*': hours}}: what benchmarks/verl_smoke.py "
+                        "writes (smoke-times.json), or your own")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     e = Experiment.of(C.load(), a.experiment)
@@ -165,6 +149,12 @@ def main(argv=None) -> int:
     tot = {w: total(c[w]) for w in ("before", "after")}
     print(f"| {'total':<30} | {tot['before']:9.0f} | {tot['after']:9.0f} |")
     print(f"\nsaved: {tot['before'] - tot['after']:.0f} GPU-h ({1 - tot['after'] / tot['before']:.0%})")
+    print(f"requeue loss (after): {c['requeue_loss']:.0f} GPU-h of the training row (k = 0: half of verl.resume_every "
+          f"steps per cut; k > 0: the step in flight at verl's deadline save)")
+    d = c["disk"]
+    print(f"checkpoint disk (after, {'retention' if d['retention'] else 'every checkpoint kept'}): largest run "
+          f"{d['largest_run'][0]:.2f} TB, {d['in_flight']} runs in flight {d['in_flight_tb']:.1f} TB, every run at its "
+          f"peak {d['all_runs_tb']:.1f} TB; with verl.keep_checkpoints {d['kept_all_tb']:.1f} TB")
     for n in c["notes"]:
         print(f"- {n}")
     print("\nsources:")

@@ -239,7 +239,7 @@ def test_a_slurm_job_that_times_out_is_requeued_with_the_same_call(tmp_path):
 
 
 def test_cluster_cost_counts_the_evaluation_on_its_own_gpus(paper):
-    """benchmarks/cluster_cost.py: after the change the evaluation's GPU-hours are its 173 one-GPU jobs and no
+    """benchmarks/cluster_cost.py: after the change the evaluation's GPU-hours are its 157 one-GPU jobs and no
     allocated GPU idles; before, every evaluation hour held the whole allocation (8 or 12 GPUs); measured times
     replace the estimates."""
     import importlib.util
@@ -249,7 +249,7 @@ def test_cluster_cost_counts_the_evaluation_on_its_own_gpus(paper):
     times = {k: {s: 0.5 for s in paper.students} for k in ("eval_step_h", "merge_h", "eval_job_start_h")}
     times["train_h"] = {s: 1.0 for s in paper.students}
     c = cc.costs(paper, times)
-    assert c["after"]["held-out evaluation"] == pytest.approx(170 * 1.5 + 3 * 1.0) and c["after"][cc.IDLE] == 0
+    assert c["after"]["held-out evaluation"] == pytest.approx(155 * 1.5 + 2 * 1.0) and c["after"][cc.IDLE] == 0
     from opd.backends.verl.layout import layout
     gpus = {r.run_id: layout(paper.verl, r.row).gpus for r in paper.runs()}  # 8; 12 for k > 0; 4 without teacher
     assert sorted(set(gpus.values())) == [4, 8, 12]

@@ -3,7 +3,11 @@ python -m opd.backends.verl prepare-data --train DAPO.parquet --heldout aime24=A
 python -m opd.backends.verl heldout --spec results/paper/_jobs/train/RUN.json --run-dir results/paper/runs/RUN
   (re)runs a finished run's held-out evaluation from its checkpoints, step by step in this process (needs vLLM)
 python -m opd.backends.verl gather-heldout --spec results/paper/_jobs/train/RUN.json --out RUN/heldout.parquet PART...
-  joins a run's held-out parts (the student's step 0, the run's steps) into its heldout.parquet"""
+  joins a run's held-out parts (the student's step 0, the run's steps) into its heldout.parquet
+python -m opd.backends.verl cost --experiment paper [--times smoke-times.json]
+  each job kind's Slurm request, the plan's GPU-hours (requeue loss included) and checkpoint disk
+python -m opd.backends.verl prefetch --experiment paper
+  downloads every model the plan loads into the Hugging Face cache (run on a node with network)"""
 from __future__ import annotations
 
 import argparse
@@ -36,7 +40,32 @@ def main(argv=None) -> int:
     g.add_argument("--spec", type=Path, required=True, help="the run's spec (results/<exp>/_jobs/train/<run>.json)")
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("parts", type=Path, nargs="*")
+    c = sub.add_parser("cost", help="Slurm requests per job kind, GPU-hours and checkpoint disk of an experiment")
+    c.add_argument("--experiment", default="paper")
+    c.add_argument("--config", type=Path, default=C.ROOT / "config.yaml")
+    c.add_argument("--times", type=Path, default=None,
+                   help="measured phase hours, JSON {phase: {student or '*': hours}} (benchmarks/verl_smoke.py writes one)")
+    f = sub.add_parser("prefetch", help="download every model the experiment loads (on a node with network)")
+    f.add_argument("--experiment", default="paper")
+    f.add_argument("--config", type=Path, default=C.ROOT / "config.yaml")
     a = p.parse_args(argv)
+    if a.cmd == "cost":
+        from opd.spec import Experiment
+
+        from .cost import report
+        print(report(Experiment.of(C.load(a.config), a.experiment), json.loads(a.times.read_text()) if a.times else None))
+        return 0
+    if a.cmd == "prefetch":
+        from opd.spec import Experiment
+
+        from .site import prefetch, presence_errors
+        e = Experiment.of(C.load(a.config), a.experiment)
+        for name, folder in prefetch(e).items():
+            print(f"{name}: {folder}")
+        missing = sorted({m for s in e.students.values() for m in presence_errors(s, e.verl)})
+        for m in missing:
+            print(f"still missing: {m}", file=sys.stderr)
+        return 1 if missing else 0
     if a.cmd == "heldout":
         from . import evaluate
         # run.json records the training's files only (the held-out file is the evaluation jobs'), so no hash changes

@@ -208,3 +208,18 @@ def experiment_errors(experiment: dict, site_slurm: dict | None = None) -> list[
     return out
 
 
+
+
+def attention_mask_gib(settings: Settings | dict, attention: str) -> dict[str, float]:
+    """GiB of the dense attention mask one micro-batch builds with `sdpa`: verl packs a micro-batch's sequences
+    into one row of up to its token budget N (use_dynamic_bsz: 2 (P + R) tokens for the update, 3 (P + R) for the
+    log-prob recompute, overrides.py) with position ids restarting per sequence, and transformers turns packed
+    sequences into an N x N block-causal boolean mask for sdpa (transformers 5.10 masking_utils.py:757-783
+    find_packed_sequence_indices, :178-184 its mask function, :396 sdpa_mask), which PyTorch's
+    memory-efficient kernel reads as an additive mask in the compute dtype (2 bytes, BF16). flash_attention_2 takes
+    the sequence boundaries instead (varlen) and builds no mask: 0."""
+    t = Settings.of(settings)
+    if attention == "flash_attention_2":
+        return {"update": 0.0, "log_prob": 0.0}
+    n = t.max_prompt_length + t.max_response_length
+    return {"update": (2 * n) ** 2 * 2 / 2 ** 30, "log_prob": (3 * n) ** 2 * 2 / 2 ** 30}

@@ -136,6 +136,11 @@ def driver_version(nvidia_smi: str | None = None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in r.stdout.split()[0].split("."))
 
 
+def _version(v: tuple[int, ...]) -> str:
+    """A driver version as NVIDIA writes it (580.65.06)."""
+    return ".".join([str(v[0]), *(f"{x:02d}" for x in v[1:])])
+
+
 def driver_errors(cuda: str | None = None, driver: tuple[int, ...] | None = None) -> list[str]:
     """Why this node's NVIDIA driver cannot run the CUDA build of this Python's torch (`cuda`: torch.version.cuda,
     `driver`: driver_version()), as messages; empty when it can. A job calls it first (check_driver)."""
@@ -149,9 +154,9 @@ def driver_errors(cuda: str | None = None, driver: tuple[int, ...] | None = None
     need = MIN_DRIVER.get(major)
     if driver is None:
         return [f"no NVIDIA driver on this node (no nvidia-smi): torch is built for CUDA {cuda}, which needs driver "
-                f">= {'.'.join(map(str, need or ()))}; check the job's partition has GPUs"]
+                f">= {_version(need) if need else '?'}; check the job's partition has GPUs"]
     if need and driver < need:
-        return [f"the NVIDIA driver {'.'.join(map(str, driver))} is older than {'.'.join(map(str, need))}, the oldest "
+        return [f"the NVIDIA driver {_version(driver)} is older than {_version(need)}, the oldest "
                 f"that runs CUDA {major} (this Python's torch is built for CUDA {cuda}): ask the site for driver "
                 f">= {need[0]}, or install a CUDA {major - 1} build of torch, vLLM and cupy (docs/cluster.md, "
                 f"\"Site checklist\")"]
