@@ -249,3 +249,25 @@ def test_a_node_failure_slurm_does_not_requeue_fails_within_dead_after_naming_th
     assert f"Slurm job {job} ended without a result (state NODE_FAIL, not requeued within 20 s)" in str(err["e"])
     assert not store.is_complete(run) and (run / "checkpoint.pt").exists()  # a rerun continues from here
     assert launch.slurm_state(job) == "NODE_FAIL"  # and it stays ended: no late requeue trains unobserved
+
+
+def test_a_verl_k_run_gets_verls_deadline_from_the_real_slurm_job(slurm_cluster, tmp_path):
+    """A k > 0 verl run saves before its time limit through verl's own deadline save: the job reads its end from
+    Slurm (scontrol) and the signal lead from the batch script submitit wrote (--signal=USR2@N), and verl's
+    should_save_ckpt_esi (utils/checkpoint/checkpoint_manager.py:262-284) then asks for a save once the time left
+    is within a step, 60 s and the margin, not before. Through the real Slurm: a job of a 5-minute limit."""
+    from opd.backends.verl import gpu
+    from opd.spec import Slurm
+    shape = Slurm.of({**SITE, "time_min": 5, "signal_delay_s": 100})
+    submitted = time.time()
+    env = launch.submit_and_wait(gpu.deadline_env, (), tmp_path, shape, name="deadline")
+    deadline = float(env[gpu.DEADLINE_VAR])
+    # Slurm's end is the job's start + 5 min (to the second); the save time is 100 s before it
+    assert submitted + 300 - 100 - 5 <= deadline <= time.time() + 300 - 100 + 1
+    from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
+    import os
+    from unittest import mock
+    with mock.patch.dict(os.environ, env):  # what the Ray workers get through verl's runtime_env
+        left = deadline - time.time()
+        assert not should_save_ckpt_esi(max_steps_duration=max(1.0, left - 60 - 60 - 30), redundant_time=60)
+        assert should_save_ckpt_esi(max_steps_duration=left, redundant_time=60)
