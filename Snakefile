@@ -28,6 +28,7 @@ C.or_exit(C.validate, config,
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/jobs.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/train.smk"
 if BACKEND == "verl":
@@ -60,6 +61,7 @@ rule all:
     default_target: True
     input:
         FINAL,  # common.smk: every figure and table this experiment builds, the findings, the config used
+        lambda w: upstream(OUTPUTS),  # and what they are built from, so that a missing one is made again
 
 
 # The same outputs from the results that exist: never trains or measures (common.smk's scope(); on Slurm a

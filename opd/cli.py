@@ -31,6 +31,11 @@ JOBS = {  # job -> what it writes (opd.backends.JOBS says which backend computes
 }
 
 
+def dag_spec_kinds() -> list[str]:
+    from opd import dag
+    return list(dag.SPEC_CLASSES)
+
+
 def _json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
@@ -51,8 +56,9 @@ def main(argv=None) -> int:
         sp.add_argument("--spec", required=True, help="the job's spec (JSON file)")
         sp.add_argument("--launcher", default=None, help="launcher JSON file (default: run here)")
     c = sub.add_parser("check-runs", help="check every complete run's files against its run.json, as every "
-                       "`snakemake` does before building the DAG; a damaged run's files move to "
-                       "results/<experiment>/_quarantine/ and the next `snakemake` reruns it")
+                       "`snakemake` does while building the DAG, and act on what it finds now: a damaged run's files "
+                       "move to results/<experiment>/_quarantine/, a stale run's to results/<experiment>/_set_aside/ "
+                       "(kept for its spec), and the next `snakemake` reruns them")
     c.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
     c.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
     c.add_argument("--hash", action="store_true", help="hash every file, also those whose size and mtime "
@@ -61,6 +67,20 @@ def main(argv=None) -> int:
                    "complete runs that have none (written before hashes were recorded), after the full check, and "
                    "the spec's sha256 into those whose row, settings, student and seed agree with their job's spec; "
                    "the same into each student's base.json")
+    sa = sub.add_parser("set-aside", help="list the runs and base models kept because the config stopped asking for "
+                        "the spec they were computed from (results/<experiment>/_set_aside/); a config that asks for "
+                        "that spec again gets them back without computing; --prune deletes them")
+    sa.add_argument("--experiment", default=None, help="default: config.yaml's `experiment`")
+    sa.add_argument("--config", type=Path, default=None, help="default: the repository's config.yaml")
+    sa.add_argument("--prune", action="store_true", help="delete every kept folder whose spec the config does not "
+                    "ask for now (those it asks for are restored by the next `snakemake`, never pruned)")
+    pj = sub.add_parser("prepare-job", help="(rule job_spec) a compute job's folder made ready for its spec (a stale "
+                        "result set aside, a damaged one quarantined), then its spec file written")
+    pj.add_argument("--kind", required=True, choices=sorted(dag_spec_kinds()))
+    pj.add_argument("--spec-json", required=True, help="the spec, as JSON text")
+    pj.add_argument("--out", required=True, help="the spec file to write")
+    pj.add_argument("--folder", default="", help="the job's folder (a run's, a student's base models'), if any")
+    pj.add_argument("--results", required=True, help="results/<experiment>")
     v = sub.add_parser("verdict", help="is this row's engine within budget? Its verdicts, budget and admission "
                        "decision per student, from the analysis files alone (never trains), and what is missing")
     v.add_argument("row", help="a row of the experiment (config.yaml)")
@@ -100,6 +120,13 @@ def main(argv=None) -> int:
     from opd import store
     if args.job == "check-runs":
         return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
+    if args.job == "prepare-job":
+        from opd import dag
+        spec = dag.SPEC_CLASSES[args.kind].from_json(json.loads(args.spec_json), where=args.out)
+        dag.prepare_job(spec, args.out, args.folder or None, args.results)
+        return 0
+    if args.job == "set-aside":
+        return set_aside(args.experiment, args.config, args.prune)
     if args.job == "export":
         from opd import config as C
         from opd import export
@@ -189,13 +216,39 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     damaged = store.heal_runs(results_dir(exp), runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
                               specs=specs, base_specs=bases)
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
-          + (f"{len(damaged)} damaged, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
+          + (f"{len(damaged)} damaged or stale, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
              if damaged else "no damaged run"))
     if record_legacy:
         recorded = store.record_legacy(results_dir(exp), runs, specs, bases)
         print(f"file or spec hashes written into the run.json or base.json of {len(recorded)} run(s) or base "
               f"models that had none (each after checking its files read and its record agrees with its spec)")
     return 1 if damaged else 0
+
+
+def set_aside(experiment, config_path, prune: bool) -> int:
+    """`python -m opd.cli set-aside [--prune]`: one line per kept folder (what, the spec's sha256, size, when set
+    aside, and whether the config asks for that spec now), then a total; with --prune, those it does not ask for are
+    deleted."""
+    from opd import config as C
+    from opd import dag, plan, store
+    cfg = C.load(config_path or C.ROOT / "config.yaml")
+    exp = experiment or cfg["experiment"]
+    e = plan.experiment(cfg, exp)
+    out = results_dir(exp)
+    wanted = {s.sha256() for s in dag.train_specs(e, f"{out}/_models").values()}
+    wanted |= {s.sha256() for s in dag.base_specs(e).values()}
+    entries = store.set_aside_entries(out)
+    for x in entries:
+        asked = "asked for now: the next `snakemake` restores it" if x["sha"] in wanted else "not asked for now"
+        print(f"{x['kind']} {x['folder']}  spec {x['sha'][:12]}  {x['bytes'] / 2**20:.2f} MiB  set aside "
+              f"{x['time']}  {asked}")
+    total = sum(x["bytes"] for x in entries)
+    print(f"{len(entries)} folder(s) kept in {store.set_aside_root(out)}/, {total / 2**20:.1f} MiB")
+    if prune:
+        gone = store.prune_set_aside(out, wanted)
+        print(f"pruned {len(gone)} folder(s) whose spec the config does not ask for, "
+              f"{sum(x['bytes'] for x in gone) / 2**20:.1f} MiB freed")
+    return 0
 
 
 def parse(p, args) -> tuple[JobSpec, Launcher]:
@@ -250,9 +303,12 @@ def run(p, args) -> int:
 
 
 def _run(p, args, spec, launcher) -> int:
-    from opd import launch
+    from opd import launch, store
     if args.job == "train":
-        launch.run_train(spec, args.run_dir, launcher)
+        if not store.restore(args.run_dir, spec, results_dir(spec.experiment)):  # computed before: nothing to do
+            launch.run_train(spec, args.run_dir, launcher)
+        return 0
+    if args.job == "base" and store.restore(args.out, spec, results_dir(spec.experiment), "base.json"):
         return 0
     from opd import backends
     try:

@@ -540,20 +540,22 @@ def rows(cfg: dict, experiment: str | None = None) -> list[Row]:
     return [Row.of(r) for r in cfg["experiments"][experiment or cfg["experiment"]]["rows"]]
 
 
-def write_if_changed(path, spec: dict) -> str:
-    """Write canonical JSON to path unless the file already holds exactly that; return the path.
-    Its mtime then changes only when its content does. An existing file is left as it is while another
-    snakemake runs in this folder (opd.store.another_invocation): its jobs read it."""
-    from opd import store
+def spec_text(spec: dict, path="a job's spec") -> str:
+    """A job's spec as its file holds it (canonical JSON); a spec past MAX_SPEC_BYTES is refused, naming `path`."""
     text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise ConfigError(f"{path}: the job's spec would be {len(text.encode()):,} bytes, more than the "
                           f"{MAX_SPEC_BYTES:,} a spec may hold (the largest of config.yaml's is about 1 KB)")
+    return text
+
+
+def write_if_changed(path, spec: dict) -> str:
+    """Write canonical JSON (spec_text) to path unless the file already holds exactly that; return the path. Its
+    mtime then changes only when its content does. For the files a DAG keeps beside its jobs under .snakemake/opd/
+    (the launcher, the admission line): job specs are written by their rule (opd.dag.prepare_job)."""
+    from opd import store
+    text = spec_text(spec, path)
     p = Path(path)
     if not p.exists() or p.read_text() != text:
-        if p.exists() and store.another_invocation():  # its jobs read this file: a dry run must not change it
-            print(f"opd: {path} is not rewritten while another snakemake runs in this folder (.snakemake/locks/); "
-                  f"this call plans from it as it is", file=sys.stderr, flush=True)
-            return str(path)
         store.atomic_write(p, lambda tmp: Path(tmp).write_text(text))
     return str(path)

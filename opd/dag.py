@@ -6,6 +6,7 @@ edit, a placement field, a new default) reruns nothing.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,6 +18,71 @@ from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec,
 def spec_path(out: str, spec: JobSpec) -> str:
     """Where a job's spec file lives: `<out>/_jobs/<kind>/<name>.json` (out: results/<experiment>)."""
     return f"{out}/_jobs/{spec.KIND}/{spec.name}.json"
+
+
+def found_key(spec: JobSpec, folder: str) -> str:
+    """The key of a job's folder in opd.store.inspect_all's findings: a run's id, or `base models of <folder>`."""
+    name = os.path.basename(folder.rstrip("/"))
+    return f"base models of {name}" if spec.KIND == "base" else name
+
+
+def rerun_reasons(spec: JobSpec, path: str, found=None) -> list[str]:
+    """Why a job must run although Snakemake would find its outputs up to date by their times: its spec file `path`
+    holds another spec, or its folder holds a result that is not a sound one of this spec (`found`, an
+    opd.store.Found: stale, damaged, incomplete). [] when neither; a missing spec file or missing outputs Snakemake
+    sees itself."""
+    from opd import config as C
+    reasons = []
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() != C.spec_text(spec.to_json(), path):
+                reasons.append("spec changed")
+    if found is not None and found.state in ("stale", "damaged", "incomplete"):
+        reasons.append(f"{found.state}: " + "; ".join(found.problems))
+    return reasons
+
+
+def rerun_marker(experiment: str, spec: JobSpec, reasons: list[str]) -> str:
+    """A job's rerun marker (workflow/rules/jobs.smk), the one input of its rule job_spec: a small file under
+    .snakemake/opd/rerun/ (never results/). Where the job must rerun (`reasons`), it is rewritten now with them and the
+    time: newer than the job's spec file and with content Snakemake has not recorded (it reruns a job for a newer
+    input only if the input's checksum differs from the one it recorded), so Snakemake reruns job_spec; a missing file
+    would not do (Snakemake 9 reruns a job for a missing input only where a job downstream runs anyway). Otherwise it is
+    kept as it is, or made with the oldest time there is, so it reruns nothing; it stays, so that the rule's set of
+    inputs is always the same. One folder each: Snakemake reads the times of a folder's files at once, the first time
+    it needs one, which may be before the input function that rewrites another one runs."""
+    import time
+    from pathlib import Path
+    path = Path(f".snakemake/opd/rerun/{experiment}/{spec.KIND}/{spec.name}/marker")
+    if reasons:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{time.time_ns()}\n" + "".join(r + "\n" for r in reasons))
+    elif not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        os.utime(path, (0, 0))
+    return str(path)
+
+
+SPEC_CLASSES = {c.KIND: c for c in (BaseSpec, TrainSpec, AdmissionSpec, PredictorSpec, KVAttributionSpec,
+                                     ThroughputSpec, MemoryBoundSpec, HeldoutSpec)}  # by the folder under _jobs/
+
+
+def prepare_job(spec: JobSpec, path: str, folder: str | None, out: str) -> None:
+    """rule job_spec (workflow/scripts/job_spec.py): the job's folder made ready for it (opd.store.prepare: a stale
+    result set aside under the spec it was computed from, a damaged one quarantined, an incomplete one's outputs
+    quarantined; `folder` None for a job whose outputs Snakemake replaces itself), then its spec file written
+    (always: newer than the job's outputs and its rerun marker, so the job runs and the marker has done its work).
+    What it did is printed (the rule's log)."""
+    from pathlib import Path
+    from opd import config as C
+    from opd import store
+    if folder is not None:
+        store.prepare(folder, spec, out, "base.json" if spec.KIND == "base" else "run.json",
+                      log=lambda msg: print(msg, flush=True))
+    text = C.spec_text(spec.to_json(), path)
+    store.atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
+    print(f"{path}: written")
 
 
 def admission_line_path(experiment: str) -> str:

@@ -71,13 +71,15 @@ class RunResult:
 
 class Results:
     """The complete runs of an experiment's folder (results/<experiment>), each read when first needed: a run is
-    there when its run.json says complete (opd.store.is_complete; the cache check moves damaged runs aside). With
-    `memo` (a JSON file), a row's decision on runs whose run.json are unchanged is read back instead of recomputed
-    (each interval is 10,000 resamples; the DAG plans on every `snakemake` call)."""
+    there when its run.json says complete (opd.store.is_complete) and `usable(run_id)` says so (checked_plan: the
+    cache check finds it sound and current; a damaged or stale run is read as missing, never read). With `memo` (a
+    JSON file), a row's decision on runs whose content is unchanged is read back instead of recomputed (each
+    interval is 10,000 resamples; the DAG plans on every `snakemake` call)."""
 
-    def __init__(self, out: str | Path, memo: str | Path | None = None):
+    def __init__(self, out: str | Path, memo: str | Path | None = None, usable=None):
         self.out = Path(out)
         self._cache: dict[str, RunResult | None] = {}
+        self.usable = usable or (lambda rid: True)
         self.memo_path = Path(memo) if memo else None
         self.memo: dict = {}
         if self.memo_path:
@@ -91,7 +93,7 @@ class Results:
 
     def get(self, rid: str) -> RunResult | None:
         if rid not in self._cache:
-            self._cache[rid] = self._read(self.out / "runs" / rid)
+            self._cache[rid] = self._read(self.out / "runs" / rid) if self.usable(rid) else None
         return self._cache[rid]
 
     @staticmethod
@@ -104,10 +106,17 @@ class Results:
             held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
             steps = store.read_table(run_dir / "steps.parquet")
             return held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean())
-        # run.json records the tiny backend's files' sha256, not verl's heldout.parquet (another rule's): their
-        # size and mtime too, so that a re-evaluated run is decided again
-        files = [(n, (run_dir / n).stat().st_size, (run_dir / n).stat().st_mtime_ns) for n in store.RUN_FILES]
-        sig = hashlib.sha256((run_dir / "run.json").read_bytes() + repr(files).encode()).hexdigest()
+        # what identifies the content: run.json, which records its files' sha256 (the same in every clone); a file
+        # it does not record (verl's heldout.parquet, another rule's) by its size and mtime too, so that a
+        # re-evaluated run is decided again
+        raw = (run_dir / "run.json").read_bytes()
+        try:
+            recorded = set(json.loads(raw).get("files") or ())
+        except (ValueError, AttributeError):
+            recorded = set()
+        files = [(n, (run_dir / n).stat().st_size, (run_dir / n).stat().st_mtime_ns) for n in store.RUN_FILES
+                 if n not in recorded]
+        sig = hashlib.sha256(raw + repr(files).encode()).hexdigest()
         return RunResult(sig=sig, load=load)
 
     def save(self) -> None:
@@ -420,38 +429,61 @@ def planned(e: Experiment, results: Results) -> Plan:
 def next_round(e: Experiment, out: str | Path) -> list[str]:
     """What a `snakemake` call says when it ends (`e` the experiment as configured, unplanned): the plan the
     results now give, and if it has runs to train, how to train them."""
-    p = planned(e, Results(out, memo_path(e.name)))
+    p = checked_plan(e, str(out))
     if not p.pending:
         return p.summary()
     return p.summary() + [f"plan: the next round trains {len(p.pending)} run(s): run snakemake again (`snakemake -n` "
                           f"shows them), or `python -m opd.cli calibrate -- -c 2` for every round to the end"]
 
 
-def checked(e: Experiment, out: str | Path, check) -> Plan:
-    """The Plan from checked results only: `check(experiment)` checks the complete runs of a planned experiment
-    (opd.store.heal_runs: a damaged or stale run is moved aside) and returns heal_runs' {run_id: (problems,
-    where it was moved or None)}; planned again while a run it read was moved aside (each time one is at least,
-    so it ends). A damaged run that could not be moved is left to the jobs that read it, as heal_runs says."""
+def checked(e: Experiment, out: str | Path, sound, stale) -> Plan:
+    """The Plan from current runs only, reading only: `sound(run_id)` says whether a run's files match its record
+    (opd.store.inspect; a damaged run is never read), `stale(experiment)` names the planned experiment's runs that
+    were computed from another spec than it asks for now. Those are read as missing, and the plan made again while
+    a new one turns up (each time one at least, so it ends)."""
+    bad: set[str] = set()
     while True:
-        plan = planned(e, Results(out, memo_path(e.name)))
-        if not any(moved for _, moved in check(plan.experiment).values()):
+        plan = planned(e, Results(out, memo_path(e.name), usable=lambda rid: rid not in bad and sound(rid)))
+        new = set(stale(plan.experiment)) - bad
+        if not new:
             return plan
+        bad |= new
 
 
 def checked_plan(e: Experiment, out: str) -> Plan:
-    """The DAG's plan (workflow/rules/common.smk) and `opd.cli calibrate`'s: `checked` with the cache check of
-    opd.store.heal_runs on the planned runs and every base model (this checkout's ledger of hashed files)."""
+    """The DAG's plan (workflow/rules/common.smk), `opd.cli calibrate`'s and every reader's: `checked` with the cache
+    check of opd.store.inspect (this checkout's ledger of hashed files, .snakemake/opd/verified-<experiment>.json:
+    a file is hashed again only when its size or mtime changed). Moves and writes nothing under results/."""
     from opd import dag, store
-    return checked(e, out, lambda x: store.heal_runs(
-        out, [r.run_id for r in x.runs()], ledger=f".snakemake/opd/verified-{e.name}.json",
-        specs=dag.train_specs(x, f"{out}/_models"), base_specs=dag.base_specs(x)))
+    ledger = Path(f".snakemake/opd/verified-{e.name}.json")
+    try:
+        verified = store.read_json(ledger)
+    except (OSError, ValueError):
+        verified = {}
+    verified = verified if isinstance(verified, dict) else {}
+    before = json.dumps(verified, sort_keys=True)
+    runs = Path(out) / "runs"
+
+    def sound(rid):
+        return store.inspect(runs / rid, verified).state == "current"
+
+    def stale(x):
+        return [r for r, spec in dag.train_specs(x, f"{out}/_models").items()
+                if store.inspect(runs / r, verified, spec).state == "stale"]
+    plan = checked(e, out, sound, stale)
+    if json.dumps(verified, sort_keys=True) != before:
+        try:
+            store.write_json(verified, ledger)
+        except OSError:
+            pass
+    return plan
 
 
 def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Experiment:
     """Experiment `name` of a validated config as the DAG builds it: planned from the results under `out`
     (default results/<name>) where it is adaptive, as it is otherwise."""
     e = Experiment.of(cfg, name)
-    return planned(e, Results(out or results_dir(e.name), memo_path(e.name))).experiment if e.adaptive else e
+    return checked_plan(e, out or results_dir(e.name)).experiment if e.adaptive else e
 
 
 EDGE_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",

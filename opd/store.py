@@ -19,6 +19,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -446,29 +447,57 @@ def another_invocation(workdir=".") -> bool:
     """Whether another snakemake runs in this working directory: it holds Snakemake's locks
     (.snakemake/locks/). Read while the Snakefile is parsed, before this call takes any lock of its own (a dry
     run takes none); a lock left by a killed snakemake counts too until `snakemake --unlock`. While another one
-    runs, a call changes nothing its jobs read: no spec file is rewritten (opd.config.write_if_changed), no run is
-    moved aside (heal_runs)."""
+    runs, `check-runs` moves nothing its jobs read."""
     locks = Path(workdir) / ".snakemake" / "locks"
     return locks.is_dir() and any(locks.iterdir())
 
 
-PENDING = "_pending"  # the ledger's key: the runs this checkout has already seen incomplete or missing
+# ---------------------------------------------------------------- what a folder holds, read only
+
+class Found(NamedTuple):
+    """What a run folder (or a base-model folder) holds against its job's spec now: `state` is one of
+    `current` (complete, sound, computed from the spec), `stale` (complete and sound, computed from another
+    spec: set aside, never deleted), `damaged` (its files differ from its record, or the record is malformed:
+    quarantined), `incomplete` (a record that is not complete: a killed or running job) or `missing`; with the
+    reasons (`problems`) and `sha`, the spec sha256 a stale one was computed from."""
+    state: str
+    problems: tuple[str, ...] = ()
+    sha: str | None = None
+
+    @property
+    def reruns(self) -> bool:
+        return self.state != "current"
 
 
-def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs: dict | None = None,
-              base_specs: dict | None = None) -> dict:
-    """Check every complete run of `run_ids` under out_dir/runs/ (check_run; against its job spec where `specs`
-    maps run ids to opd.spec TrainSpecs) and, with `base_specs` ({folder: BaseSpec}, opd.dag.base_specs), every student's base
-    models on every draw under out_dir/_models/<folder>/ (base.json's record of student.pt and teacher.pt); move each damaged or stale
-    run's files (or base models) to out_dir/_quarantine/ and report it by name on stderr, so the DAG built next
-    reruns exactly those. A run that is incomplete (killed, its run.json missing or `running`) or missing
-    altogether is named too, the first time this checkout sees it so. Each of these appends to the quarantine
-    log, an input of the analysis: Snakemake reruns a missing run only for a job that needs to run, so the
-    analysis is made to. `ledger` is this checkout's record of files already hashed (a JSON file, rewritten when it
-    changes). A folder that cannot be written (read-only results) is named and left as it is: jobs that read a
-    damaged run fail, the rest still runs. Returns {run_id: (problems, quarantine folder or None)}."""
+def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str = "run.json",
+            files=RUN_FILES) -> Found:
+    """What folder `d` holds (Found), reading only (`verified`, this checkout's ledger of hashed files, is
+    updated in memory): check_run's verdict split into stale (only its spec differs) and damaged."""
+    d = Path(d)
+    if not (d / meta_name).exists():
+        return Found("incomplete" if d.is_dir() and any((d / n).exists() for n in ALL_RUN_FILES + BASE_FILES)
+                     else "missing")
+    problems = check_run(d, verified, hash_all, spec=None, files=files, meta_name=meta_name)
+    if problems is None:
+        return Found("incomplete", (f"{d}: incomplete (its job was killed or is running)",))
+    if problems:
+        return Found("damaged", tuple(problems))
+    meta = read_json(d / meta_name)
+    stale = spec_problems(meta, spec, d / meta_name)
+    if stale:
+        return Found("stale", tuple(stale), meta.get("spec_sha256"))
+    return Found("current")
+
+
+def inspect_all(out_dir, run_ids, ledger, specs: dict | None = None, base_specs: dict | None = None,
+                hash_all: bool = False) -> dict[str, Found]:
+    """Found for every run of `run_ids` under out_dir/runs/ (against `specs`, {run_id: TrainSpec}) and, with
+    `base_specs` ({folder: BaseSpec}), every base-model folder under out_dir/_models/ (keyed `base models of
+    <folder>`), reading only: nothing under results/ is moved or written. `ledger` (this checkout's record of
+    files already hashed, under .snakemake/) is rewritten when it changes, so a file is hashed again only when its
+    size or mtime changed. This is the DAG's check (workflow/rules/common.smk): what it finds, a job's own first
+    step acts on (prepare)."""
     out_dir, ledger = Path(out_dir), Path(ledger)
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         verified = read_json(ledger)
     except (OSError, ValueError):
@@ -476,76 +505,237 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
     if not isinstance(verified, dict):
         verified = {}
     before = json.dumps(verified, sort_keys=True)
-    pending_before = set(verified.pop(PENDING, ()))
-    damaged, pending, events = {}, set(), []
-    busy = another_invocation(out_dir.parent.parent)  # out_dir: results/<experiment> under the working directory
-    checks = [(r, out_dir / "runs" / r, "run.json", ALL_RUN_FILES, RUN_FILES, (specs or {}).get(r)) for r in run_ids]
-    checks += [(f"base models of {s}", out_dir / "_models" / s, "base.json", BASE_FILES, BASE_FILES, spec)
-               for s, spec in (base_specs or {}).items()]
-    for what, d, meta_name, names, files, spec in checks:
-        problems = check_run(d, verified, hash_all, spec=spec, files=files, meta_name=meta_name)
-        if problems is None and meta_name == "run.json" and not busy:
-            pending.add(what)
-            # a killed job's outputs written before its final run.json (the job reruns, from its checkpoint)
-            left = [n for n in ALL_RUN_FILES if (d / n).exists()]
-            if left and (d / "run.json").exists():
-                try:
-                    quarantine(d, out_dir / "_quarantine", left)
-                except OSError as e:
-                    log(f"opd: run {what} is incomplete, and its files cannot be moved aside ({e.strerror}): make "
-                        f"{out_dir} writable and rerun to resume it.")
-            if what not in pending_before:
-                why = "incomplete (its job was killed or is running)" if (d / "run.json").exists() else (
-                    "missing" if not d.exists() else "incomplete (no run.json)")
-                events.append({"run_id": what, "problems": [f"{d}: {why}"], "moved_to": None})
-                log(f"opd: run {what} is {why}: it will be run{' (resuming from its checkpoint)' if (d / CHECKPOINT).exists() else ''}.")
-        if not problems:
-            continue
-        if busy:
-            damaged[what] = (problems, None)
-            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged or stale: " + "; ".join(problems)
-                + ". Another snakemake is running in this folder (.snakemake/locks/), so nothing is moved: rerun "
-                  "once it is done (after a killed snakemake: `snakemake --unlock` first).")
-            continue
-        for name in (meta_name, *names):
-            verified.pop(str(d / name), None)
-        try:
-            dest = quarantine(d, out_dir / "_quarantine" / ("_models" if meta_name == "base.json" else ""),
-                              (meta_name, *names))
-        except OSError as e:
-            damaged[what] = (problems, None)
-            log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
-                + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
-                f"{out_dir} writable and rerun to rerun it; jobs that read it fail, the others run.")
-            continue
-        damaged[what] = (problems, dest)
-        if meta_name == "run.json":
-            pending.add(what)  # missing from now on until it is rerun: named here, not again as missing
-        events.append({"run_id": what, "problems": problems, "moved_to": str(dest), "time": dest.name})
-        log(f"opd: {'run ' + what + ' is' if meta_name == 'run.json' else what + ' are'} damaged: " + "; ".join(problems)
-            + f". Its files are moved to {dest}/ and {'the run' if meta_name == 'run.json' else 'they'} will be rerun.")
-    if busy:
-        pending = pending_before  # this call names nothing as incomplete: another one is running them
-    if pending:
-        verified[PENDING] = sorted(pending)
+    found = {r: inspect(out_dir / "runs" / r, verified, (specs or {}).get(r)) for r in run_ids}
+    found.update({f"base models of {s}": inspect(out_dir / "_models" / s, verified, spec, meta_name="base.json",
+                                                 files=BASE_FILES) for s, spec in (base_specs or {}).items()})
     if json.dumps(verified, sort_keys=True) != before:
         try:
             write_json(verified, ledger)
         except OSError:
-            pass  # a read-only checkout: the next call checks again
-    if events:
-        record = quarantine_log(out_dir)
+            pass  # a read-only checkout: the next call hashes again
+    return found
+
+
+def _some(keys, n=3) -> str:
+    """A few of `keys` by name, and how many more."""
+    keys = sorted(keys)
+    return ", ".join(keys[:n]) + (f" and {len(keys) - n} more" if len(keys) > n else "")
+
+
+def say_found(found: dict, out_dir, specs: dict, base_specs: dict, log=None) -> None:
+    """What the DAG's check found (inspect_all), in a few lines on stderr: each damaged folder by name with why; the
+    stale and the incomplete ones counted, a few named; and how many of the stale and missing ones the set-aside
+    store holds for their spec now (restored by their job instead of computed). Nothing when all is current. Said
+    the same by a dry run, which acts on none of it."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    by: dict[str, list[str]] = {}
+    for k, f in found.items():
+        by.setdefault(f.state, []).append(k)
+    for k in sorted(by.get("damaged", [])):
+        log(f"opd: {k if k.startswith('base models of ') else 'run ' + k} is damaged: " + "; ".join(found[k].problems)
+            + f". Its job quarantines it ({out_dir}/_quarantine/) and reruns it.")
+    stale = by.get("stale", [])
+    if stale:
+        log(f"opd: {len(stale)} run(s) or base models were computed from another spec than the config asks for now "
+            f"({_some(stale)}): their jobs set them aside in {set_aside_root(out_dir)}/ (kept, never deleted: "
+            f"`python -m opd.cli set-aside` lists them) and rerun them")
+    incomplete = by.get("incomplete", [])
+    if incomplete:
+        log(f"opd: {len(incomplete)} run(s) are incomplete (killed, or running elsewhere): {_some(incomplete)}; their "
+            f"jobs resume them from their checkpoint where they have one")
+    back = [k for k in (*stale, *by.get("missing", []))
+            if set_aside_root(out_dir).is_dir() and (
+                kept(out_dir, k.removeprefix("base models of "), base_specs[k.removeprefix("base models of ")],
+                     "base.json") if k.startswith("base models of ") else kept(out_dir, k, specs[k]))]
+    if back:
+        log(f"opd: {len(back)} of them are kept in {set_aside_root(out_dir)}/ for the spec asked for now: their jobs "
+            f"restore them instead of computing them again ({_some(back)})")
+
+
+# ---------------------------------------------------------------- the set-aside store: nothing computed is lost
+
+SET_ASIDE = "_set_aside"  # results/<experiment>/_set_aside/<folder>/<spec sha256>/: runs kept for their spec
+
+
+def set_aside_root(out_dir) -> Path:
+    return Path(out_dir) / SET_ASIDE
+
+
+def set_aside_dir(out_dir, folder: str, sha: str, models: bool = False) -> Path:
+    """Where a complete run (or base models: `models`) computed from the spec with sha256 `sha` is kept once its
+    folder is asked for another spec."""
+    return set_aside_root(out_dir) / ("_models" if models else "") / folder / sha
+
+
+def _meta_of(meta_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every file the folder's record may list, the files it must list) for run.json or base.json."""
+    return ((ALL_RUN_FILES, RUN_FILES) if meta_name == "run.json" else (BASE_FILES, BASE_FILES))
+
+
+def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None) -> Found:
+    """A compute job's first step on its folder `d` (a run, or a student's base models), acting on what inspect
+    finds: a stale run is set aside under out_dir/_set_aside/ keyed by the spec it was computed from (never
+    deleted: a later config that asks for that spec again gets it back, restore); a damaged one is quarantined
+    (out_dir/_quarantine/<folder>/<UTC time>/, logged in _quarantine/log.json); an incomplete one's outputs written
+    before its record are quarantined (its checkpoint stays, and the job resumes from it). Returns what it found."""
+    d, out_dir = Path(d), Path(out_dir)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    names, files = _meta_of(meta_name)
+    models = meta_name == "base.json"
+    found = inspect(d, {}, spec, hash_all=True, meta_name=meta_name, files=files)
+    what = f"{'base models of ' if models else 'run '}{d.name}"
+    if found.state == "stale" and found.sha:
+        dest = set_aside_dir(out_dir, d.name, found.sha, models)
+        if dest.exists():  # the same spec's result kept already: keep both, the later one beside it
+            dest = dest.with_name(f"{found.sha}.{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}")
+        _move(d, dest, (meta_name, *names))
+        log(f"opd: {what} was computed from another spec ({found.sha[:12]}...): set aside in {dest}/ "
+            f"(`python -m opd.cli set-aside` lists it; a config asking for that spec again gets it back)")
+    elif found.state in ("damaged", "stale"):  # stale without a spec sha (an old record): nothing to key it by
+        dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), (meta_name, *names))
+        _log_quarantine(out_dir, d.name, found.problems, dest)
+        log(f"opd: {what} is damaged: " + "; ".join(found.problems) + f". Its files are moved to {dest}/.")
+    elif found.state == "incomplete":
+        left = [n for n in names if (d / n).exists()]
+        if left:
+            dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), left)
+            _log_quarantine(out_dir, d.name, [f"{d}: incomplete: its outputs written before it was killed"], dest)
+    return found
+
+
+def _move(d: Path, dest: Path, names) -> None:
+    dest.mkdir(parents=True, exist_ok=False)
+    for name in names:
+        if (d / name).exists():
+            os.replace(d / name, dest / name)
+
+
+def _log_quarantine(out_dir: Path, name: str, problems, dest: Path) -> None:
+    record = quarantine_log(out_dir)
+    try:
+        old = read_json(record)
+    except (OSError, ValueError):
+        old = []
+    write_json((old if isinstance(old, list) else []) + [{"time": dest.name, "run_id": name,
+                                                           "problems": list(problems), "moved_to": str(dest)}], record)
+
+
+def kept(out_dir, folder: str, spec, meta_name: str = "run.json") -> Path | None:
+    """A sound copy of `folder` computed from `spec` in the set-aside store (every file hashed), or None."""
+    root = set_aside_dir(out_dir, folder, "", meta_name == "base.json")
+    sha = spec.sha256()
+    return next((d for d in (sorted(root.glob(f"{sha}*")) if root.is_dir() else ()) if _sound(d, sha, meta_name)),
+                None)
+
+
+def _sound(d: Path, sha: str, meta_name: str) -> bool:
+    """Whether a set-aside folder's record says complete, names spec `sha` and every file its record lists
+    matches its size and sha256 (its record names the folder it was computed in, not the store's)."""
+    try:
+        meta = read_json(d / meta_name)
+    except (OSError, ValueError):
+        return False
+    _, files = _meta_of(meta_name)
+    if not isinstance(meta, dict) or meta.get("spec_sha256") != sha or (
+            meta_name == "run.json" and meta.get("status") != "complete"):
+        return False
+    rec = meta.get("files")
+    return isinstance(rec, dict) and all(n in rec for n in files) and all(
+        isinstance(v, dict) and (d / n).exists() and (d / n).stat().st_size == v.get("size")
+        and sha256_file(d / n) == v.get("sha256") for n, v in rec.items())
+
+
+def restore(d, spec, out_dir, meta_name: str = "run.json", log=None) -> bool:
+    """Move a sound set-aside copy of folder `d` computed from `spec` back into `d` (kept), so the job has nothing
+    to compute; False when the store has none."""
+    d = Path(d)
+    src = kept(out_dir, d.name, spec, meta_name)
+    if src is None:
+        return False
+    names, _ = _meta_of(meta_name)
+    d.mkdir(parents=True, exist_ok=True)
+    for n in (*names, CHECKPOINT, ATTEMPTS):
+        (d / n).unlink(missing_ok=True)
+    for n in names:  # the record last: the folder is complete only once every file is in place
+        if (src / n).exists():
+            os.replace(src / n, d / n)
+    os.replace(src / meta_name, d / meta_name)
+    for n in (*names, meta_name):  # newer than the spec file written before the job: current by Snakemake's times too
+        if (d / n).exists():
+            os.utime(d / n)
+    shutil.rmtree(src, ignore_errors=True)
+    (log or (lambda m: print(m, file=sys.stderr, flush=True)))(
+        f"opd: {'base models of ' if meta_name == 'base.json' else 'run '}{d.name}: restored from {src}/ (computed "
+        f"from this spec before; nothing to compute)")
+    return True
+
+
+def set_aside_entries(out_dir) -> list[dict]:
+    """Every folder in the set-aside store: {folder, kind (run or base models), sha (the spec it was computed
+    from), path, bytes, time (when set aside: its record's mtime)}, sorted by folder then time."""
+    root = set_aside_root(out_dir)
+    out = []
+    for meta in sorted(root.glob("*/*/run.json")) + sorted(root.glob("_models/*/*/base.json")):
+        d = meta.parent
+        if d.parent.parent.name == "_models" and meta.name == "run.json":
+            continue
+        out.append({"folder": d.parent.name, "kind": "base models" if meta.name == "base.json" else "run",
+                    "sha": d.name.split(".")[0], "path": str(d),
+                    "bytes": sum(f.stat().st_size for f in d.iterdir() if f.is_file()),
+                    "time": datetime.fromtimestamp(d.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")})
+    return out
+
+
+def prune_set_aside(out_dir, keep_shas: set[str]) -> list[dict]:
+    """Delete every set-aside folder whose spec sha256 is not in `keep_shas`; returns what was deleted."""
+    gone = [e for e in set_aside_entries(out_dir) if e["sha"] not in keep_shas]
+    for e in gone:
+        shutil.rmtree(e["path"])
+    return gone
+
+
+PENDING = "_pending"  # older ledgers' key (the runs a checkout had named incomplete); ignored
+
+
+def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs: dict | None = None,
+              base_specs: dict | None = None) -> dict:
+    """The explicit check (`python -m opd.cli check-runs`, never the DAG's parse): inspect every run of `run_ids`
+    and, with `base_specs`, every base-model folder (inspect_all), then act as a job's first step would (prepare):
+    a damaged one is named on stderr and quarantined, a stale one set aside under its spec. While another
+    snakemake runs in this folder nothing is moved. A folder that cannot be written (read-only results) is named
+    and left as it is. Returns {what: (problems, where it went or None)} for the damaged and stale ones."""
+    out_dir = Path(out_dir)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    found = inspect_all(out_dir, run_ids, ledger, specs, base_specs, hash_all)
+    busy = another_invocation(out_dir.parent.parent)  # out_dir: results/<experiment> under the working directory
+    out = {}
+    for what, f in found.items():
+        if f.state not in ("damaged", "stale"):
+            continue
+        base = what.startswith("base models of ")
+        folder = what.removeprefix("base models of ")
+        d = out_dir / ("_models" if base else "runs") / folder
+        label = what if base else f"run {what}"
+        if busy:
+            out[what] = (list(f.problems), None)
+            log(f"opd: {label} {'are' if base else 'is'} {f.state}: " + "; ".join(f.problems) + ". Another snakemake "
+                "is running in this folder (.snakemake/locks/), so nothing is moved: rerun once it is done (after a "
+                "killed snakemake: `snakemake --unlock -c 1` first).")
+            continue
+        spec = (base_specs or {}).get(folder) if base else (specs or {}).get(folder)
         try:
-            old = read_json(record)
-        except (OSError, ValueError):
-            old = []
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        try:
-            write_json((old if isinstance(old, list) else []) + [{"time": stamp, **e} for e in events], record)
+            prepare(d, spec, out_dir, "base.json" if base else "run.json", log=log)
         except OSError as e:
-            log(f"opd: cannot record in {record} ({e.strerror}): the runs named above are not rerun until "
-                f"{out_dir} is writable")
-    return damaged
+            out[what] = (list(f.problems), None)
+            log(f"opd: {label} {'are' if base else 'is'} {f.state}: " + "; ".join(f.problems)
+                + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
+                f"{out_dir} writable and rerun; jobs that read it fail, the others run.")
+            continue
+        dest = (max((out_dir / "_quarantine" / ("_models" if base else "") / folder).iterdir())
+                if f.state == "damaged" or not f.sha else
+                max(set_aside_dir(out_dir, folder, "", base).glob(f"{f.sha}*")))
+        out[what] = (list(f.problems), dest)
+    return out
 
 
 def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict | None = None) -> list[str]:

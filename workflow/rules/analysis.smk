@@ -7,7 +7,6 @@ rule analysis:
         steps=lambda w: [f"{OUT}/runs/{r}/steps.parquet" for r in scope().runs],
         heldout=lambda w: [f"{OUT}/runs/{r}/heldout.parquet" for r in scope().runs],
         admission=lambda w: scoped_admission(),
-        quarantined=QUARANTINED,  # a quarantined run is rerun because the analysis is (common.smk)
     output:
         **{O.analysis_key(name): ANALYSIS_FILES[name] for name in O.ANALYSIS_TABLES},
     params:

@@ -22,7 +22,7 @@ from opd import plan as P
 
 PLAN = None
 if EXPERIMENT.adaptive:
-    # from checked runs only: the runs a plan reads go through the cache check below first (opd.store.heal_runs)
+    # from current runs only: a run the cache check below finds damaged or stale is read as missing
     PLAN = P.checked_plan(EXPERIMENT, results_dir(EXP))
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
     for line in PLAN.summary():
@@ -62,16 +62,14 @@ MODELS = f"{OUT}/_models"
 BASES = dag.base_specs(EXPERIMENT)  # the base-model jobs (tiny backend) by folder: every student on every draw
 # Every run's training spec (opd.dag.train_specs): what its spec file holds, and what its run.json is checked against.
 SPECS = dag.train_specs(EXPERIMENT, MODELS)
-# The self-checking cache, before the DAG is built: every complete run's files against the sizes and sha256
-# its run.json records and its run.json's spec hash against its job's spec now, the base models' the same way
-# against base.json (opd.store.heal_runs; hashes only of files whose size or mtime changed since this checkout
-# last hashed them). A damaged or stale run is named on stderr and its files move to {OUT}/_quarantine/; it and
-# a run found incomplete or missing are logged there, and the log is an input of the analysis: the DAG reruns
-# exactly those runs, whatever else is up to date.
-DAMAGED = store.heal_runs(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS,
-                          base_specs=dag.base_specs(EXPERIMENT))
-# an input of the analysis once a run was ever quarantined (store.quarantine_log): the last quarantine's time
-QUARANTINED = [str(store.quarantine_log(OUT))] if store.quarantine_log(OUT).exists() else []
+# The self-checking cache, read only: every complete run's files against the sizes and sha256 its run.json records
+# and its run.json's spec hash against its job's spec now, the base models' the same way against base.json
+# (opd.store.inspect_all; hashes only of files whose size or mtime changed since this checkout last hashed them, in
+# .snakemake/opd/). Building the DAG moves and writes nothing under results/: a run found stale, damaged or
+# incomplete gets a rerun marker (workflow/rules/jobs.smk), and its job's first step sets a stale run aside under
+# its spec, quarantines a damaged one (opd.store.prepare) and restores a set-aside run of the spec it is asked for.
+FOUND = store.inspect_all(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS, base_specs=BASES)
+store.say_found(FOUND, OUT, SPECS, BASES)
 
 
 # ---------------------------------------------------------------- the measurements' rows and students (offline.smk)
@@ -160,7 +158,7 @@ def final_outputs(outputs, mechanism):
             + list(PROVENANCE.values()) + list(FINDINGS.values()) + list(CONFIG_USED.values()))
 
 
-FINAL = final_outputs(OUTPUTS, bool(PROBE_RUNS))  # rule all
+FINAL = final_outputs(OUTPUTS, bool(PROBE_RUNS))  # rule all (with upstream(OUTPUTS))
 
 
 # ---------------------------------------------------------------- what the analysis is built from (opd.dag.Scope)
@@ -235,7 +233,18 @@ def scoped_final(w=None):
             left.append(f"the mechanism figure and tables left out: probed runs without results ({', '.join(missing)})")
         for line in left:
             print(f"figures: {line}", file=sys.stderr, flush=True)
-    return final_outputs(outputs, mechanism)
+    return final_outputs(outputs, mechanism) + upstream(outputs)
+
+
+def upstream(outputs):
+    """The runs' files, the measurements and the analysis files the final `outputs` are built from, in scope: inputs
+    of the targets too, so that one that went missing (a run folder deleted, an analysis job killed midway) is made
+    again with everything after it (Snakemake 9 reruns a job for a missing input only where a job downstream of it
+    runs anyway)."""
+    s = scope()
+    runs = [f"{OUT}/runs/{r}/{f}" for r in s.runs for f in ("run.json", "steps.parquet", "heldout.parquet")]
+    analysis = {f for o in outputs for f in output_inputs(o).values()} | set(findings_inputs(None).values())
+    return runs + scoped_admission() + scoped_files(PREDICTOR_FILES) + sorted(analysis)
 
 
 # ---------------------------------------------------------------- the findings' inputs (findings.smk)
@@ -266,11 +275,19 @@ def base_inputs(student, draw=0):
     return dag.base_paths(EXPERIMENT, MODELS, student, draw)
 
 
-def spec_file(spec):
-    """A job's spec (opd.spec: built by opd.dag) as a file under results/<experiment>/_jobs/ (its path:
-    dag.spec_path), (re)written only when its content changes. It is the job's input, so changing a row
-    reruns exactly that row's jobs, also in a fresh clone without Snakemake's metadata."""
-    return C.write_if_changed(dag.spec_path(OUT, spec), spec.to_json())
+JOB_SPECS = {}  # spec file path -> (opd.spec JobSpec, the folder its job prepares or None, its key in FOUND)
+
+
+def spec_file(spec, folder=None):
+    """A job's spec (opd.spec: built by opd.dag) as its file under results/<experiment>/_jobs/ (dag.spec_path),
+    the job's input. Building the DAG never writes it: rule job_spec (jobs.smk) does, when it is missing or holds
+    another spec, or when the job's folder (`folder`: a run's, or a student's base models') holds something other
+    than a sound result of this spec; so changing a row reruns exactly that row's jobs, also in a fresh clone
+    without Snakemake's metadata, and a dry run writes nothing."""
+    path = dag.spec_path(OUT, spec)
+    key = None if folder is None else dag.found_key(spec, folder)
+    JOB_SPECS[path] = (spec, folder, key)
+    return path
 
 
 def train_inputs(w):
@@ -280,7 +297,7 @@ def train_inputs(w):
     base.json) rerun no run computed from the same spec."""
     run = RUNS[w.run_id]
     base = {k: ancient(v) for k, v in base_inputs(run.student, EXPERIMENT.draw_of(run.seed)).items()}
-    return {**base, "spec": spec_file(SPECS[w.run_id])}
+    return {**base, "spec": spec_file(SPECS[w.run_id], f"{OUT}/runs/{w.run_id}")}
 
 
 def offline_inputs(build, student, *args):
