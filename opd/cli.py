@@ -213,7 +213,7 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     specs = dag.train_specs(e, f"{results_dir(exp)}/_models")  # as the DAG's (workflow/rules/common.smk)
     bases = dag.base_specs(e)
     runs = list(specs)
-    damaged = store.heal_runs(results_dir(exp), runs, f".snakemake/opd/verified-{exp}.json", hash_all=hash_all,
+    damaged = store.heal_runs(results_dir(exp), runs, store.ledger_path(exp), hash_all=hash_all,
                               specs=specs, base_specs=bases)
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
           + (f"{len(damaged)} damaged or stale, moved aside ({', '.join(damaged)}); `snakemake` reruns them"

@@ -452,15 +452,11 @@ def checked(e: Experiment, out: str | Path, sound, stale) -> Plan:
 
 def checked_plan(e: Experiment, out: str) -> Plan:
     """The DAG's plan (workflow/rules/common.smk), `opd.cli calibrate`'s and every reader's: `checked` with the cache
-    check of opd.store.inspect (this checkout's ledger of hashed files, .snakemake/opd/verified-<experiment>.json:
+    check of opd.store.inspect (this checkout's ledger of hashed files, opd.store.ledger_path:
     a file is hashed again only when its size or mtime changed). Moves and writes nothing under results/."""
     from opd import dag, store
-    ledger = Path(f".snakemake/opd/verified-{e.name}.json")
-    try:
-        verified = store.read_json(ledger)
-    except (OSError, ValueError):
-        verified = {}
-    verified = verified if isinstance(verified, dict) else {}
+    ledger = store.ledger_path(e.name)
+    verified = store.read_ledger(ledger)
     before = json.dumps(verified, sort_keys=True)
     runs = Path(out) / "runs"
 
@@ -471,11 +467,7 @@ def checked_plan(e: Experiment, out: str) -> Plan:
         return [r for r, spec in dag.train_specs(x, f"{out}/_models").items()
                 if store.inspect(runs / r, verified, spec).state == "stale"]
     plan = checked(e, out, sound, stale)
-    if json.dumps(verified, sort_keys=True) != before:
-        try:
-            store.write_json(verified, ledger)
-        except OSError:
-            pass
+    store.write_ledger(ledger, verified, before)
     return plan
 
 

@@ -454,6 +454,30 @@ def another_invocation(workdir=".") -> bool:
 
 # ---------------------------------------------------------------- what a folder holds, read only
 
+def ledger_path(experiment: str) -> Path:
+    """This checkout's record of the files of an experiment already hashed (size, mtime, sha256): a file is hashed
+    again only when its size or mtime changed. Under .snakemake/, never a result."""
+    return Path(f".snakemake/opd/verified-{experiment}.json")
+
+
+def read_ledger(ledger) -> dict:
+    try:
+        verified = read_json(ledger)
+    except (OSError, ValueError):
+        return {}
+    return verified if isinstance(verified, dict) else {}
+
+
+def write_ledger(ledger, verified: dict, before: str | None = None) -> None:
+    """Write the ledger back if it changed since `before` (its JSON when read); a read-only checkout keeps none."""
+    if before is not None and json.dumps(verified, sort_keys=True) == before:
+        return
+    try:
+        write_json(verified, ledger)
+    except OSError:
+        pass
+
+
 class Found(NamedTuple):
     """What a run folder (or a base-model folder) holds against its job's spec now: `state` is one of
     `current` (complete, sound, computed from the spec), `stale` (complete and sound, computed from another
@@ -498,21 +522,12 @@ def inspect_all(out_dir, run_ids, ledger, specs: dict | None = None, base_specs:
     size or mtime changed. This is the DAG's check (workflow/rules/common.smk): what it finds, a job's own first
     step acts on (prepare)."""
     out_dir, ledger = Path(out_dir), Path(ledger)
-    try:
-        verified = read_json(ledger)
-    except (OSError, ValueError):
-        verified = {}
-    if not isinstance(verified, dict):
-        verified = {}
+    verified = read_ledger(ledger)
     before = json.dumps(verified, sort_keys=True)
-    found = {r: inspect(out_dir / "runs" / r, verified, (specs or {}).get(r)) for r in run_ids}
-    found.update({f"base models of {s}": inspect(out_dir / "_models" / s, verified, spec, meta_name="base.json",
-                                                 files=BASE_FILES) for s, spec in (base_specs or {}).items()})
-    if json.dumps(verified, sort_keys=True) != before:
-        try:
-            write_json(verified, ledger)
-        except OSError:
-            pass  # a read-only checkout: the next call hashes again
+    found = {r: inspect(out_dir / "runs" / r, verified, (specs or {}).get(r), hash_all) for r in run_ids}
+    found.update({f"base models of {s}": inspect(out_dir / "_models" / s, verified, spec, hash_all, "base.json",
+                                                 BASE_FILES) for s, spec in (base_specs or {}).items()})
+    write_ledger(ledger, verified, before)
     return found
 
 
@@ -572,18 +587,22 @@ def _meta_of(meta_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return ((ALL_RUN_FILES, RUN_FILES) if meta_name == "run.json" else (BASE_FILES, BASE_FILES))
 
 
-def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None) -> Found:
+def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: dict | None = None
+            ) -> tuple[Found, Path | None]:
     """A compute job's first step on its folder `d` (a run, or a student's base models), acting on what inspect
-    finds: a stale run is set aside under out_dir/_set_aside/ keyed by the spec it was computed from (never
-    deleted: a later config that asks for that spec again gets it back, restore); a damaged one is quarantined
-    (out_dir/_quarantine/<folder>/<UTC time>/, logged in _quarantine/log.json); an incomplete one's outputs written
-    before its record are quarantined (its checkpoint stays, and the job resumes from it). Returns what it found."""
+    finds (every file hashed, and against `verified`, the ledger, for records without hashes): a stale run is set
+    aside under out_dir/_set_aside/ keyed by the spec it was computed from (never deleted: a later config that asks for
+    that spec again gets it back, restore); a damaged one is quarantined (out_dir/_quarantine/<folder>/<UTC time>/,
+    logged in _quarantine/log.json); an incomplete one's outputs written before its record are quarantined (its
+    checkpoint stays, and the job resumes from it). Returns what it found and where it went (None: nowhere)."""
     d, out_dir = Path(d), Path(out_dir)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     names, files = _meta_of(meta_name)
     models = meta_name == "base.json"
-    found = inspect(d, {}, spec, hash_all=True, meta_name=meta_name, files=files)
+    verified = read_ledger(ledger_path(out_dir.name)) if verified is None else verified
+    found = inspect(d, verified, spec, hash_all=True, meta_name=meta_name, files=files)
     what = f"{'base models of ' if models else 'run '}{d.name}"
+    dest = None
     if found.state == "stale" and found.sha:
         dest = set_aside_dir(out_dir, d.name, found.sha, models)
         if dest.exists():  # the same spec's result kept already: keep both, the later one beside it
@@ -594,13 +613,13 @@ def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None) -> Found:
     elif found.state in ("damaged", "stale"):  # stale without a spec sha (an old record): nothing to key it by
         dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), (meta_name, *names))
         _log_quarantine(out_dir, d.name, found.problems, dest)
-        log(f"opd: {what} is damaged: " + "; ".join(found.problems) + f". Its files are moved to {dest}/.")
+        log(f"opd: {what} is {found.state}: " + "; ".join(found.problems) + f". Its files are moved to {dest}/.")
     elif found.state == "incomplete":
         left = [n for n in names if (d / n).exists()]
         if left:
             dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), left)
             _log_quarantine(out_dir, d.name, [f"{d}: incomplete: its outputs written before it was killed"], dest)
-    return found
+    return found, dest
 
 
 def _move(d: Path, dest: Path, names) -> None:
@@ -707,6 +726,7 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
     out_dir = Path(out_dir)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     found = inspect_all(out_dir, run_ids, ledger, specs, base_specs, hash_all)
+    verified = read_ledger(ledger)
     busy = another_invocation(out_dir.parent.parent)  # out_dir: results/<experiment> under the working directory
     out = {}
     for what, f in found.items():
@@ -724,17 +744,17 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
             continue
         spec = (base_specs or {}).get(folder) if base else (specs or {}).get(folder)
         try:
-            prepare(d, spec, out_dir, "base.json" if base else "run.json", log=log)
+            _, dest = prepare(d, spec, out_dir, "base.json" if base else "run.json", log=log, verified=verified)
         except OSError as e:
             out[what] = (list(f.problems), None)
             log(f"opd: {label} {'are' if base else 'is'} {f.state}: " + "; ".join(f.problems)
                 + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
                 f"{out_dir} writable and rerun; jobs that read it fail, the others run.")
             continue
-        dest = (max((out_dir / "_quarantine" / ("_models" if base else "") / folder).iterdir())
-                if f.state == "damaged" or not f.sha else
-                max(set_aside_dir(out_dir, folder, "", base).glob(f"{f.sha}*")))
+        for name in (*BASE_FILES, *ALL_RUN_FILES):
+            verified.pop(str(d / name), None)
         out[what] = (list(f.problems), dest)
+    write_ledger(ledger, verified)
     return out
 
 

@@ -128,22 +128,77 @@ def test_a_run_json_without_hashes_is_checked_by_reading_then_by_the_hash_it_had
     assert "verified earlier as" in store.heal_runs(tmp_path, ["a.s.s0"], ledger)["a.s.s0"][0][0]
 
 
-def test_runs_that_are_not_complete_are_named_once_and_their_outputs_moved_aside(tmp_path):
+def test_runs_that_are_not_complete_are_named_and_their_job_moves_their_early_outputs_aside(tmp_path):
     d = complete_run(tmp_path / "runs")
     store.write_json({"status": "running"}, d / "run.json")
     (d / "steps.parquet").write_bytes(b"half")
     (d / store.CHECKPOINT).write_bytes(b"ck")
+    found = store.inspect_all(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json")
+    assert {k: f.state for k, f in found.items()} == {"a.s.s0": "incomplete", "never-ran.s.s0": "missing"}
     said = []
-    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json", log=said.append) == {}
-    assert said == ["opd: run a.s.s0 is incomplete (its job was killed or is running): it will be run (resuming "
-                    "from its checkpoint).", "opd: run never-ran.s.s0 is missing: it will be run."]
-    # its outputs written before the kill are out of Snakemake's way; run.json and the checkpoint stay
+    store.say_found(found, tmp_path, {}, {}, log=said.append)
+    assert said == ["opd: 1 run(s) are incomplete (killed, or running elsewhere): a.s.s0; their jobs resume them "
+                    "from their checkpoint where they have one"]  # a missing run is no problem to report
+    assert sorted(p.name for p in d.iterdir()) == [store.CHECKPOINT, "heldout.parquet", "run.json", "steps.parquet"]
+    # its job's first step: its outputs written before the kill are out of Snakemake's way; run.json and the
+    # checkpoint stay (the job resumes from it)
+    store.prepare(d, None, tmp_path)
     assert sorted(p.name for p in d.iterdir()) == [store.CHECKPOINT, "run.json"]
-    log = store.read_json(store.quarantine_log(tmp_path))
-    assert [e["run_id"] for e in log] == ["a.s.s0", "never-ran.s.s0"]  # the analysis's input: it reruns them
-    said.clear()
-    assert store.heal_runs(tmp_path, ["a.s.s0", "never-ran.s.s0"], tmp_path / "v.json", log=said.append) == {}
-    assert said == [] and len(store.read_json(store.quarantine_log(tmp_path))) == 2  # named once
+    assert [e["run_id"] for e in store.read_json(store.quarantine_log(tmp_path))] == ["a.s.s0"]
+
+
+class _Spec:
+    """A stand-in for an opd.spec JobSpec: what the run store reads of one (its sha256)."""
+
+    def __init__(self, sha):
+        self._sha = sha
+
+    def sha256(self):
+        return self._sha
+
+
+def test_a_stale_run_is_set_aside_under_its_spec_and_restored_when_that_spec_is_asked_for_again(tmp_path):
+    old, new = _Spec("a" * 64), _Spec("b" * 64)
+    d = complete_run(tmp_path / "runs")
+    store.write_json({**store.read_json(d / "run.json"), "spec_sha256": old.sha256()}, d / "run.json")
+    before = {n: (d / n).read_bytes() for n in ("run.json", "steps.parquet", "heldout.parquet")}
+    assert store.inspect(d, {}, new).state == "stale" and store.inspect(d, {}, old).state == "current"
+    found, dest = store.prepare(d, new, tmp_path, log=lambda m: None)
+    assert found.state == "stale" and dest == store.set_aside_dir(tmp_path, "a.s.s0", old.sha256())
+    assert not any(d.iterdir()) and store.kept(tmp_path, "a.s.s0", old) == dest
+    assert store.kept(tmp_path, "a.s.s0", new) is None and not store.restore(d, new, tmp_path)
+    [entry] = store.set_aside_entries(tmp_path)
+    assert (entry["folder"], entry["kind"], entry["sha"]) == ("a.s.s0", "run", old.sha256())
+    # the config asks for the old spec again: its job restores the run instead of computing it
+    assert store.restore(d, old, tmp_path, log=lambda m: None)
+    assert {n: (d / n).read_bytes() for n in before} == before and store.inspect(d, {}, old).state == "current"
+    assert store.set_aside_entries(tmp_path) == []
+
+
+def test_a_damaged_set_aside_copy_is_never_restored_and_prune_keeps_what_is_asked_for(tmp_path):
+    old, new = _Spec("a" * 64), _Spec("b" * 64)
+    for rid, sha in (("a.s.s0", old), ("b.s.s0", new)):
+        d = complete_run(tmp_path / "runs", rid)
+        store.write_json({**store.read_json(d / "run.json"), "spec_sha256": sha.sha256()}, d / "run.json")
+        store.prepare(d, _Spec("c" * 64), tmp_path, log=lambda m: None)
+    flip_byte(store.set_aside_dir(tmp_path, "a.s.s0", old.sha256()) / "steps.parquet", 100)
+    assert store.kept(tmp_path, "a.s.s0", old) is None  # every file is hashed before a copy is restored
+    gone = store.prune_set_aside(tmp_path, {new.sha256()})
+    assert [g["folder"] for g in gone] == ["a.s.s0"]
+    assert [e["folder"] for e in store.set_aside_entries(tmp_path)] == ["b.s.s0"]
+
+
+def test_the_explicit_check_sets_a_stale_run_aside_and_quarantines_a_damaged_one(tmp_path):
+    spec = _Spec("b" * 64)
+    a, b = complete_run(tmp_path / "runs"), complete_run(tmp_path / "runs", "b.s.s0")
+    for d in (a, b):
+        store.write_json({**store.read_json(d / "run.json"), "spec_sha256": "a" * 64}, d / "run.json")
+    with open(b / "steps.parquet", "r+b") as f:
+        f.truncate(100)
+    out = store.heal_runs(tmp_path, ["a.s.s0", "b.s.s0"], tmp_path / "v.json", specs={"a.s.s0": spec, "b.s.s0": spec},
+                          log=lambda m: None)
+    assert out["a.s.s0"][1] == store.set_aside_dir(tmp_path, "a.s.s0", "a" * 64)
+    assert out["b.s.s0"][1].parent == tmp_path / "_quarantine" / "b.s.s0"
 
 
 def test_a_damaged_file_read_by_the_analysis_is_named_with_what_to_do(tmp_path):

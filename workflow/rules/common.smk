@@ -68,7 +68,7 @@ SPECS = dag.train_specs(EXPERIMENT, MODELS)
 # .snakemake/opd/). Building the DAG moves and writes nothing under results/: a run found stale, damaged or
 # incomplete gets a rerun marker (workflow/rules/jobs.smk), and its job's first step sets a stale run aside under
 # its spec, quarantines a damaged one (opd.store.prepare) and restores a set-aside run of the spec it is asked for.
-FOUND = store.inspect_all(OUT, RUNS, ledger=f".snakemake/opd/verified-{EXP}.json", specs=SPECS, base_specs=BASES)
+FOUND = store.inspect_all(OUT, RUNS, store.ledger_path(EXP), specs=SPECS, base_specs=BASES)
 store.say_found(FOUND, OUT, SPECS, BASES)
 
 
