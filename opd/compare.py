@@ -68,8 +68,32 @@ def render(first: pd.DataFrame, second: pd.DataFrame, rule: str, names: tuple[st
     return lines, not outside.any()
 
 
+# what a verdict table holds that a comparison reads (opd.stats.regeneration_agreement): the rule's columns too
+VERDICT_COLUMNS = ("student", "config", "reference", "delta")
+
+
+def checked(table: pd.DataFrame, source: str, rule: str) -> pd.DataFrame:
+    """A side of the comparison, refused (Unreadable, naming the side and the columns) unless it is a verdict table
+    with the rule's columns."""
+    want = [*VERDICT_COLUMNS, *stats.RULE_COLUMNS[rule]]
+    missing = [c for c in want if c not in table.columns]
+    if missing:
+        raise Unreadable(f"{source}: not a verdict table (analysis/verdicts.parquet): no column(s) {', '.join(missing)}")
+    return table
+
+
+def taus(tables: list[pd.DataFrame], names) -> None:
+    """Refuse two tables at different tau (a verdict at one tau says nothing about one at another); a table written
+    before verdicts carried tau is taken as it is."""
+    at = [set(t["tau"].unique()) if "tau" in t.columns else None for t in tables]
+    if at[0] is not None and at[1] is not None and at[0] != at[1]:
+        raise Unreadable(f"{names[0]} is at tau {sorted(at[0])}, {names[1]} at {sorted(at[1])}: verdicts at different "
+                         f"tau are not comparable")
+
+
 def main(first: str, second: str, rule: str = "seeds") -> int:
-    tables = [read_verdicts(s) for s in (first, second)]
+    tables = [checked(read_verdicts(s), s, rule) for s in (first, second)]
+    taus(tables, (first, second))
     lines, ok = render(*tables, rule, (first, second))
     print("\n".join(lines))
     return 0 if ok else 1

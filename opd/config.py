@@ -222,6 +222,17 @@ def _nonfinite(obj, path=()) -> list[tuple]:
     return [path] if not _finite(obj) else []
 
 
+def _non_string_keys(obj, path=()) -> list[tuple]:
+    """The paths of every mapping key that is not a string (YAML reads `.nan: ...`, `1: ...` or `true: ...` as a
+    number or a boolean): each names a student, row field or setting, which are names."""
+    if isinstance(obj, dict):
+        return [(*path, k) for k in obj if not isinstance(k, str)] + [
+            p for k, v in obj.items() if isinstance(k, str) for p in _non_string_keys(v, (*path, k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _non_string_keys(v, (*path, i))]
+    return []
+
+
 def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
     """Raise ConfigError listing every problem; return None when the config is good. `lines` says where each
     value was written (the Snakefile passes config.yaml and every --configfile)."""
@@ -230,6 +241,11 @@ def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
     if _too_many_values(cfg):
         raise ConfigError(f"invalid config: it holds more than {MAX_CONFIG_VALUES:,} values once YAML's aliases "
                           f"(&name, *name) are expanded; config.yaml holds about 1,000")
+    keys = _non_string_keys(cfg)
+    if keys:  # before anything reads them as names
+        raise ConfigError("invalid config:\n  " + "\n  ".join(
+            f"{_where(cfg, p[:-1], lines)}: the key {p[-1]!r} is not a name (YAML read it as "
+            f"{type(p[-1]).__name__}; quote it, or name it with letters, digits, '_' and '-')" for p in keys))
     validator = _validator()
     errors = [f"{_where(cfg, p, lines)}: {_get(cfg, p)} is not a finite number (NaN and infinity are refused)"
               for p in _nonfinite(cfg)]
@@ -242,6 +258,8 @@ def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
                    f"or digit (no line break)")
         elif e.validator == "maxLength":
             msg = f"{len(e.instance)} characters, more than the {e.validator_value} allowed"
+        elif e.validator == "oneOf" and e.context:  # the alternative that got deepest into the value says what is wrong
+            msg = max(e.context, key=lambda c: len(c.relative_path)).message
         if e.validator == "additionalProperties":
             known = e.schema.get("properties")
             unknown = [k for k in e.instance if known is not None and k not in known]
@@ -287,6 +305,9 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
         if len(baselines) != 1:
             errors.append(f"experiment {exp!r}, field 'rows': exactly one row must have baseline: true, "
                           f"found {len(baselines)} {baselines}")
+        if "taus" in e and e["tau"] not in e["taus"]:  # the budget table, the findings and verdict read tau's row
+            errors.append(f"experiment {exp!r}, field 'taus': {e['taus']} does not hold tau ({e['tau']}); the budget "
+                          f"table reports tau's budget among the others: add it")
         first = next(iter(students))
         errors += [f"experiment {exp!r}, field 'students': students {a!r} and {b!r} differ in case only (one "
                    f"folder on a case-insensitive filesystem)" for a, b in _case_collisions(students)]

@@ -5,6 +5,7 @@ edit, a placement field, a new default) reruns nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -42,8 +43,8 @@ def rerun_reasons(spec: JobSpec, path: str, found=None) -> list[str]:
     return reasons
 
 
-def rerun_marker(experiment: str, spec: JobSpec, reasons: list[str]) -> str:
-    """A job's rerun marker (workflow/rules/jobs.smk), the one input of its rule job_spec: a small file under
+def rerun_marker(experiment: str, kind: str, name: str, reasons: list[str]) -> str:
+    """A job's rerun marker (workflow/rules/jobs.smk: the one input of rule job_spec; the analysis's too): a file under
     .snakemake/opd/rerun/ (never results/). Where the job must rerun (`reasons`), it is rewritten now with them and the
     time: newer than the job's spec file and with content Snakemake has not recorded (it reruns a job for a newer
     input only if the input's checksum differs from the one it recorded), so Snakemake reruns job_spec; a missing file
@@ -53,7 +54,7 @@ def rerun_marker(experiment: str, spec: JobSpec, reasons: list[str]) -> str:
     it needs one, which may be before the input function that rewrites another one runs."""
     import time
     from pathlib import Path
-    path = Path(f".snakemake/opd/rerun/{experiment}/{spec.KIND}/{spec.name}/marker")
+    path = Path(f".snakemake/opd/rerun/{experiment}/{kind}/{name}/marker")
     if reasons:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{time.time_ns()}\n" + "".join(r + "\n" for r in reasons))
@@ -62,6 +63,74 @@ def rerun_marker(experiment: str, spec: JobSpec, reasons: list[str]) -> str:
         path.write_text("")
         os.utime(path, (0, 0))
     return str(path)
+
+
+# ---------------------------------------------------------------- what the analysis is computed from
+
+def analysis_settings(e: Experiment) -> dict:
+    """Every setting of the experiment the analysis reads besides its rows and runs (the analysis rule passes each
+    as a parameter): what its record's `settings` hash covers."""
+    from opd.plan import rule_of
+    return {"tau": e.tau, "taus": list(e.taus), "bootstrap": e.bootstrap.written(), "base_draws": e.base_draws,
+            "one_seed_ratio": rule_of(e).one_seed_ratio, "admission": e.admission.written(),
+            "rl_collapse": e.rl_collapse.written(), "infra": e.infra.written(), "train_lr": e.train.lr,
+            "students": {n: s.written() for n, s in e.students.items()}, "backend": e.backend,
+            "baseline": e.baseline.name}
+
+
+def run_record(out: str, rid: str) -> str | None:
+    """What identifies a complete run's content: the sha256 of its run.json (which records its files' sha256) and of
+    any of its files it does not record (verl's held-out file, another rule's); None without a readable run.json."""
+    from opd.provenance import sha256_file, sha256_text
+    d = f"{out}/runs/{rid}"
+    try:
+        with open(f"{d}/run.json", "rb") as f:
+            raw = f.read()
+        recorded = set(json.loads(raw).get("files") or {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    extra = [sha256_file(f"{d}/{n}") for n in ("steps.parquet", "heldout.parquet")
+             if n not in recorded and os.path.exists(f"{d}/{n}")]
+    return sha256_text(raw.decode(errors="replace") + "".join(extra))
+
+
+def settings_record(e: Experiment) -> str:
+    from opd.provenance import sha256_text
+    from opd.spec import dumps
+    return sha256_text(dumps(analysis_settings(e)))
+
+
+def analysis_inputs(e: Experiment, out: str, runs, rows, measurements) -> dict:
+    """The record of what an analysis is computed from, which every analysis file carries (opd.store's `inputs`
+    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of analysis_settings, of the rows (opd.rows.Row,
+    as resolved) and of the measurement files; each run's record (run_record); and `sha256` over all of it. The DAG
+    compares it with the record of the files on disk to remake a stale analysis; `verdict` refuses a stale one."""
+    from opd.provenance import sha256_file, sha256_text
+    from opd.spec import dumps
+    run_sha = {r: x for r in runs if (x := run_record(out, r)) is not None}
+    rec = {"tau": e.tau, "settings": settings_record(e), "rows": sha256_text(dumps([e.resolved_row(r) for r in rows])),
+           "measurements": sha256_text(dumps({m: sha256_file(m) for m in sorted(measurements) if os.path.exists(m)})),
+           "runs": dict(sorted(run_sha.items()))}
+    return {**rec, "sha256": sha256_text(dumps(rec))}
+
+
+def analysis_changes(recorded: dict | None, now: dict) -> list[str]:
+    """How an analysis record differs from the one the inputs give now, in words ([] when it does not)."""
+    if recorded is None:
+        return ["it records no inputs (made before they were recorded)"]
+    if recorded.get("sha256") == now["sha256"]:
+        return []
+    out = []
+    if recorded.get("tau") != now["tau"]:
+        out.append(f"tau {recorded.get('tau')} -> {now['tau']}")
+    out += [f"{k} changed" for k in ("settings", "rows", "measurements") if recorded.get(k) != now[k]]
+    was, runs = recorded.get("runs") or {}, now["runs"]
+    changed = [r for r in runs if r in was and was[r] != runs[r]]
+    new, gone = [r for r in runs if r not in was], [r for r in was if r not in runs]
+    for what, rs in (("changed", changed), ("new", new), ("no longer read", gone)):
+        if rs:
+            out.append(f"{len(rs)} run(s) {what} ({', '.join(rs[:3])}{', ...' if len(rs) > 3 else ''})")
+    return out or ["its inputs changed"]
 
 
 SPEC_CLASSES = {c.KIND: c for c in (BaseSpec, TrainSpec, AdmissionSpec, PredictorSpec, KVAttributionSpec,

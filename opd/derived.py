@@ -57,9 +57,10 @@ def rounded_json(obj):
     return obj
 
 
-def write_table(df: pd.DataFrame, path, schema=None) -> None:
-    """A derived table: store.write_table of its rounded copy."""
-    store.write_table(rounded(df), path, schema)
+def write_table(df: pd.DataFrame, path, schema=None, inputs: dict | None = None) -> None:
+    """A derived table: store.write_table of its rounded copy (with `inputs`, the record of what it was computed
+    from)."""
+    store.write_table(rounded(df), path, schema, inputs)
 
 
 def write_json(obj, path) -> None:

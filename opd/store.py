@@ -144,9 +144,13 @@ def atomic_write(path: Path, write) -> None:
 COMPRESSION = "zstd"
 
 
-def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None:
+INPUTS_KEY = b"opd.inputs"  # a derived table's record of what it was computed from (opd.dag.analysis_inputs)
+
+
+def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None, inputs: dict | None = None) -> None:
     """Write a DataFrame as Parquet atomically; with a schema, select its columns and cast to its types
-    (an absent or uncastable column raises SchemaError naming the file)."""
+    (an absent or uncastable column raises SchemaError naming the file); with `inputs`, that record in the file's
+    metadata (read_inputs)."""
     if schema is not None:
         missing = [f.name for f in schema if f.name not in df.columns]
         if missing:
@@ -156,7 +160,20 @@ def write_table(df: pd.DataFrame, path, schema: pa.Schema | None = None) -> None
         table = pa.Table.from_pandas(df[schema.names], preserve_index=False).cast(schema)
     else:
         table = pa.Table.from_pandas(df, preserve_index=False)
+    if inputs is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               INPUTS_KEY: json.dumps(inputs, sort_keys=True).encode()})
     atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression=COMPRESSION))
+
+
+def read_inputs(path) -> dict | None:
+    """The record of what a derived table was computed from (write_table's `inputs`), or None: no record, no file,
+    or a file that is not readable Parquet."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return json.loads(meta[INPUTS_KEY]) if INPUTS_KEY in meta else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
 
 
 def _same_type(have: pa.DataType | None, want: pa.DataType) -> bool:
@@ -300,6 +317,16 @@ def parquet_problem(path) -> str | None:
     return None
 
 
+def foreign_rows(path, run_id: str) -> str | None:
+    """Why a run's Parquet file is not its own (rows whose run_id is another run's: a file copied from another run
+    into a folder whose run.json records no hashes), or None."""
+    import pyarrow.compute as pc
+    col = pq.read_table(path, columns=["run_id"])["run_id"]
+    other = pc.unique(pc.filter(col, pc.not_equal(col, run_id))).to_pylist()
+    return (f"{path}: holds rows of run(s) {', '.join(map(str, other[:3]))}, not of {run_id} (copied from another "
+            f"run?)") if other else None
+
+
 _HEX64 = frozenset("0123456789abcdef")
 
 
@@ -413,7 +440,7 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, spec=None, files=
                 and (seen["size"], seen["mtime_ns"]) == (st.st_size, st.st_mtime_ns)):
             continue
         if expected is None and name.endswith(".parquet"):  # first sight of a file without a recorded hash
-            why = parquet_problem(path)
+            why = parquet_problem(path) or (foreign_rows(path, run_dir.name) if meta_name == "run.json" else None)
             if why:
                 problems.append(why)
                 continue

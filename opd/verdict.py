@@ -452,9 +452,48 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
     return "\n".join(lines)
 
 
+def stale(exp: Experiment, row: Row, students) -> list[str]:
+    """Why the analysis files cannot answer for `row` on `students` now ([] when they can): they record another tau
+    or other settings (opd.dag.analysis_inputs), a run of the row or of its reference that they read has changed
+    since, or such a run was computed from another spec than the config asks for now (its retraining is due)."""
+    from opd import dag
+    verdicts = out_dir(exp) / "analysis" / "verdicts.parquet"
+    if not verdicts.exists():
+        return []  # nothing analysed yet: student_verdict says what is missing
+    rec = store.read_inputs(verdicts)
+    if rec is None:
+        return ["the analysis files record no inputs (made before they were recorded)"]
+    out = []
+    if rec.get("tau") != exp.tau:
+        out.append(f"they are at tau {rec.get('tau')}, the config asks for {exp.tau}")
+    if rec.get("settings") != dag.settings_record(exp):
+        out.append("the experiment's settings the analysis reads (bootstrap, students, admission, ...) changed")
+    specs = dag.train_specs(exp, f"{out_dir(exp)}/_models")
+    ref = exp.row(row.reference) if row.reference else exp.baseline
+    bad: dict[str, list[str]] = {}
+    for s in students:
+        for rid in (*run_ids(exp, row, s), *run_ids(exp, ref, s)):
+            found = store.inspect(out_dir(exp) / "runs" / rid, {}, specs.get(rid))
+            if found.state == "stale":
+                bad.setdefault("computed from another spec than the config asks for now", []).append(rid)
+            elif found.state == "damaged":
+                bad.setdefault("damaged", []).append(rid)
+            elif rid in rec.get("runs", {}) and rec["runs"][rid] != dag.run_record(str(out_dir(exp)), rid):
+                bad.setdefault("changed since the analysis read them", []).append(rid)
+    for why, rids in bad.items():
+        out.append(f"{len(rids)} run(s) {why} ({', '.join(rids[:3])}{', ...' if len(rids) > 3 else ''})")
+    return out
+
+
 def main(row: str, student: str | None, experiment: str | None, config_path) -> int:
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment_of(cfg, experiment)
+    r = find_row(exp, row)
+    why = stale(exp, r, [student] if student else r.students_or(exp.primary))
+    if why:
+        print(f"opd verdict {row}: the analysis files are stale for this row, so no verdict is given: "
+              + "; ".join(why) + f". Refresh them: `{command(analysis_target(exp.name))}`", file=sys.stderr)
+        return 2
     out = [render(exp, sv) for sv in row_verdicts(cfg, row, student, exp.name)]
     print("\n\n".join(out))
     return 0

@@ -57,8 +57,8 @@ def test_run_is_complete_only_when_run_json_says_so(tmp_path):
 
 def complete_run(runs, run_id="a.s.s0", hashes=True):
     d = runs / run_id
-    store.write_table(steps_frame(20), d / "steps.parquet", store.STEPS)
-    store.write_table(steps_frame(7, store.HELDOUT), d / "heldout.parquet", store.HELDOUT)
+    store.write_table(steps_frame(20).assign(run_id=run_id), d / "steps.parquet", store.STEPS)
+    store.write_table(steps_frame(7, store.HELDOUT).assign(run_id=run_id), d / "heldout.parquet", store.HELDOUT)
     meta = {"run_id": run_id, "status": "complete"}
     if hashes:
         meta["files"] = store.file_records(d)
@@ -145,6 +145,15 @@ def test_runs_that_are_not_complete_are_named_and_their_job_moves_their_early_ou
     store.prepare(d, None, tmp_path)
     assert sorted(p.name for p in d.iterdir()) == [store.CHECKPOINT, "run.json"]
     assert [e["run_id"] for e in store.read_json(store.quarantine_log(tmp_path))] == ["a.s.s0"]
+
+
+def test_a_run_json_without_hashes_is_refused_with_another_runs_files_copied_in(tmp_path):
+    other = complete_run(tmp_path / "runs", "b.s.s0")
+    d = complete_run(tmp_path / "runs", hashes=False)
+    for n in ("steps.parquet", "heldout.parquet"):
+        (d / n).write_bytes((other / n).read_bytes())
+    found = store.inspect(d, {})
+    assert found.state == "damaged" and "holds rows of run(s) b.s.s0, not of a.s.s0" in found.problems[0]
 
 
 class _Spec:

@@ -7,6 +7,8 @@ rule analysis:
         steps=lambda w: [f"{OUT}/runs/{r}/steps.parquet" for r in scope().runs],
         heldout=lambda w: [f"{OUT}/runs/{r}/heldout.parquet" for r in scope().runs],
         admission=lambda w: scoped_admission(),
+        # rewritten when the record of what the analysis files were computed from is not what it would be now
+        rerun=lambda w: analysis_marker(),
     output:
         **{O.analysis_key(name): ANALYSIS_FILES[name] for name in O.ANALYSIS_TABLES},
     params:
@@ -25,6 +27,7 @@ rule analysis:
         infra=EXPERIMENT.infra.written(),
         students={name: s.written() for name, s in EXPERIMENT.students.items()},
         backend=BACKEND,
+        inputs=lambda w: analysis_record(),  # what every analysis file records it was computed from
     log:
         f"logs/{EXP}/analysis.log",
     script:

@@ -247,6 +247,34 @@ def upstream(outputs):
     return runs + scoped_admission() + scoped_files(PREDICTOR_FILES) + sorted(analysis)
 
 
+_ANALYSIS_RECORD = []
+
+
+def analysis_record():
+    """What the analysis is computed from now (opd.dag.analysis_inputs over the runs, rows and admission checks in
+    scope), worked out once."""
+    if not _ANALYSIS_RECORD:
+        s = scope()
+        _ANALYSIS_RECORD.append(dag.analysis_inputs(EXPERIMENT, OUT, s.runs, scoped_rows_plain(), scoped_admission()))
+    return _ANALYSIS_RECORD[0]
+
+
+def scoped_rows_plain():
+    return [ROWS[name] for name in scope().rows]
+
+
+def analysis_marker():
+    """The analysis's rerun marker (opd.dag.rerun_marker): rewritten when the analysis files on disk record other
+    inputs than the analysis would read now (another tau, settings, rows, runs), so that it is remade whatever the
+    files' times; and said on stderr, whatever the target (a report built now would show the stale files)."""
+    verdicts = ANALYSIS_FILES["verdicts"]
+    changes = dag.analysis_changes(store.read_inputs(verdicts), analysis_record()) if os.path.exists(verdicts) else []
+    if changes:
+        print(f"opd: the analysis files ({ANALYSIS}/) were computed from other inputs than this call's: "
+              + "; ".join(changes) + ". The analysis is remade (`snakemake -c 2`).", file=sys.stderr, flush=True)
+    return dag.rerun_marker(EXP, "analysis", "analysis", changes)
+
+
 # ---------------------------------------------------------------- the findings' inputs (findings.smk)
 
 def findings_inputs(w):

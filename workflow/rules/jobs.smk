@@ -15,7 +15,7 @@ def rerun_marker(path):
     if path not in JOB_SPECS:
         raise ValueError(f"{path}: a job's spec file is written for its job: ask for the job's output instead")
     spec, folder, key = JOB_SPECS[path]
-    return dag.rerun_marker(EXP, spec, dag.rerun_reasons(spec, path, FOUND.get(key) if key else None))
+    return dag.rerun_marker(EXP, spec.KIND, spec.name, dag.rerun_reasons(spec, path, FOUND.get(key) if key else None))
 
 
 rule job_spec:

@@ -177,11 +177,14 @@ def draws_table(heldout: pd.DataFrame, steps: pd.DataFrame, params, references: 
 def main(inp, out, params):
     steps = pd.concat([store.read_table(p) for p in inp.steps], ignore_index=True)
     heldout = pd.concat([store.read_table(p) for p in inp.heldout], ignore_index=True)
-    store.write_table(steps, out.steps, store.STEPS)
-    store.write_table(heldout, out.heldout, store.HELDOUT)
+    # every file records what it was computed from (opd.dag.analysis_inputs): the DAG remakes a stale one, `verdict`
+    # refuses it
+    record = params.inputs
+    store.write_table(steps, out.steps, store.STEPS, record)
+    store.write_table(heldout, out.heldout, store.HELDOUT, record)
     rows = pd.DataFrame(params.rows)
     rows["bf16_layers"] = rows["bf16_layers"].map(list)
-    store.write_table(rows, out.rows)
+    store.write_table(rows, out.rows, inputs=record)
 
     b = params.bootstrap
     R = [Row.of(r) for r in params.rows]
@@ -190,20 +193,23 @@ def main(inp, out, params):
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
                        tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references,
                        one_seed_ratio=params.one_seed_ratio, n_draws=params.base_draws)
-    derived.write_table(v, out.verdicts)
-    derived.write_table(draws_table(heldout[heldout["config"].isin(opd)], steps, params, references), out.draws)
+    derived.write_table(v.assign(tau=params.tau), out.verdicts, inputs=record)  # with the tau its verdicts are at
+    derived.write_table(draws_table(heldout[heldout["config"].isin(opd)], steps, params, references), out.draws,
+                        inputs=record)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
     engines = [r.name for r in R if r.in_budget]
     budget = stats.budget_table(v[v["config"].isin(engines)], params.taus)
-    derived.write_table(budget, out.budget)
+    derived.write_table(budget, out.budget, inputs=record)
     # what decides: the rank agreement of D with Delta over the OPD sources (the budget rows but the baseline), and
     # the budget's edge in D, over the standard engine's D and over the initial held-out KL
     sources = [r.name for r in R if r.in_budget and not r.baseline]
-    derived.write_table(stats.rank_table(v, sources, n_boot=b["resamples"], ci=b["level"], seed=b["seed"]), out.decides)
+    derived.write_table(stats.rank_table(v, sources, n_boot=b["resamples"], ci=b["level"], seed=b["seed"]),
+                        out.decides, inputs=record)
     edge = stats.budget_edge(budget, v, heldout, params.baseline, params.tau)
     near = [stats.edge_counts(v[(v["student"] == e.student) & v["config"].isin(sources)], e.edge, params.tau)
             for e in edge.itertuples()]
-    derived.write_table(edge.assign(n_pass_near=[p for p, _ in near], n_fail_near=[f for _, f in near]), out.edge)
+    derived.write_table(edge.assign(n_pass_near=[p for p, _ in near], n_fail_near=[f for _, f in near]), out.edge,
+                        inputs=record)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"], n_draws=params.base_draws)
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)
@@ -216,22 +222,24 @@ def main(inp, out, params):
         if params.base_draws > 1 else {}
     noise["sd_draw_config"] = noise["student"].map({s: np.sqrt(p.var) for s, p in pooled.items()}).astype(float)
     noise["draw_config_df"] = noise["student"].map({s: p.df for s, p in pooled.items()}).astype(float)
-    derived.write_table(pairs, out.null_deltas)
-    derived.write_table(noise, out.noise)
-    derived.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr)
+    derived.write_table(pairs, out.null_deltas, inputs=record)
+    derived.write_table(noise, out.noise, inputs=record)
+    derived.write_table(staleness_lr(rows, v, params.primary, params.train_lr), out.staleness_lr,
+                        inputs=record)
 
     a = params.admission
     seqs = pd.concat([store.read_table(p) for p in inp.admission], ignore_index=True)
     est = stats.offline_estimates(seqs, ["student", "config"], n_boot=b["resamples"], seed=b["seed"])
-    record = stats.admission_record(est, v, alpha=a["alpha"], L=a["L"], baselines=[params.baseline])
-    derived.write_table(record, out.admission)
-    derived.write_json(stats.admission_summary(record), out.admission_summary)
+    admission = stats.admission_record(est, v, alpha=a["alpha"], L=a["L"], baselines=[params.baseline])
+    derived.write_table(admission, out.admission, inputs=record)
+    derived.write_json(stats.admission_summary(admission), out.admission_summary)
     collapse = RLCollapse.of(params.rl_collapse).thresholds()  # config.yaml's, over the defaults
-    derived.write_table(rl_table(rows, steps, heldout, v, collapse, params.base_draws), out.rl)
-    derived.write_table(time_to_kl(heldout, steps, R, params.baseline, params.base_draws), out.time_to_kl)
+    derived.write_table(rl_table(rows, steps, heldout, v, collapse, params.base_draws), out.rl, inputs=record)
+    derived.write_table(time_to_kl(heldout, steps, R, params.baseline, params.base_draws), out.time_to_kl,
+                        inputs=record)
     fpt = {s: backends.train_flops_per_token(spec, params.backend) for s, spec in params.students.items()}
     i = Infra.of(params.infra)
-    derived.write_table(infra(steps, params.baseline, i.window, i.peak_flops, fpt), out.infra)
+    derived.write_table(infra(steps, params.baseline, i.window, i.peak_flops, fpt), out.infra, inputs=record)
 
 
 if "snakemake" in globals():
