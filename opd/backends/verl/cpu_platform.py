@@ -128,10 +128,13 @@ def platform_class():
             return "OPD_CPU_VISIBLE_DEVICES"  # no CPU equivalent of CUDA_VISIBLE_DEVICES; verl only reads it
 
         def ray_resource_name(self) -> str:
-            return "CPU"
+            # Ray's logical GPU slots, which a CPU test's Ray cluster declares (ray.init(num_gpus=...)): verl places its
+            # workers on "GPU" bundles and checks the cluster has enough (single_controller/ray/base.py:146-151,
+            # 225-232); no GPU is used
+            return "GPU"
 
         def ray_resource_options(self, num_gpus: float) -> dict:
-            return {"num_cpus": num_gpus}
+            return {"num_gpus": num_gpus}
 
         def ray_noset_envvars(self) -> list[str]:
             return []
