@@ -27,11 +27,19 @@ def found_key(spec: JobSpec, folder: str) -> str:
     return f"base models of {name}" if spec.KIND == "base" else name
 
 
-def rerun_reasons(spec: JobSpec, path: str, found=None) -> list[str]:
+MEASUREMENTS = ("admission", "predictors", "kv_attribution")  # the job kinds whose output is <kind>/<name>.parquet
+
+
+def measurement_path(out: str, spec: JobSpec) -> str | None:
+    """A measurement job's output (results/<experiment>/<kind>/<name>.parquet, which its rule writes), or None."""
+    return f"{out}/{spec.KIND}/{spec.name}.parquet" if spec.KIND in MEASUREMENTS else None
+
+
+def rerun_reasons(spec: JobSpec, path: str, found=None, damaged: str | None = None) -> list[str]:
     """Why a job must run although Snakemake would find its outputs up to date by their times: its spec file `path`
     holds another spec, or its folder holds a result that is not a sound one of this spec (`found`, an
-    opd.store.Found: stale, damaged, incomplete). [] when neither; a missing spec file or missing outputs Snakemake
-    sees itself."""
+    opd.store.Found: stale, damaged, incomplete), or its output is not readable (`damaged`: why). [] when none of
+    these; a missing spec file or missing outputs Snakemake sees itself."""
     from opd import config as C
     reasons = []
     if os.path.exists(path):
@@ -40,6 +48,8 @@ def rerun_reasons(spec: JobSpec, path: str, found=None) -> list[str]:
                 reasons.append("spec changed")
     if found is not None and found.state in ("stale", "damaged", "incomplete"):
         reasons.append(f"{found.state}: " + "; ".join(found.problems))
+    if damaged:
+        reasons.append(f"damaged: {damaged}")
     return reasons
 
 

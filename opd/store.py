@@ -193,10 +193,12 @@ def read_table(path, schema: pa.Schema | None = None) -> pd.DataFrame:
     except FileNotFoundError:
         raise
     except (pa.ArrowException, OSError) as e:
-        raise DamagedFile(f"{path}: not a readable Parquet file ({e}). If it is a run's file, rerun the pipeline "
-                          f"(`snakemake -c 2`, or your usual command): before building the DAG it checks every run "
-                          f"against its run.json, moves a damaged run's files to results/<experiment>/_quarantine/ "
-                          f"and reruns it, and reruns a run whose run.json is missing or incomplete.") from e
+        raise DamagedFile(f"{path}: not a readable Parquet file ({e}). If it is a run's file or a measurement, "
+                          f"rerun the pipeline (`snakemake -c 2`, or your usual command): it checks every run against "
+                          f"its run.json and every measurement file whose size or time changed, and reruns what is "
+                          f"damaged (a run's files are quarantined in results/<experiment>/_quarantine/). A file "
+                          f"damaged in place with its time kept is found by `python -m opd.cli check-runs --hash`, "
+                          f"which quarantines the run; the next `snakemake` reruns it.") from e
     if schema is not None:
         for f in schema:
             if f.name in ADDED and f.name not in table.column_names:
@@ -594,6 +596,31 @@ def say_found(found: dict, out_dir, specs: dict, base_specs: dict, log=None) -> 
             f"restore them instead of computing them again ({_some(back)})")
 
 
+def unreadable(paths, ledger) -> dict[str, str]:
+    """{path: why} for each existing Parquet file of `paths` that does not read in full (a measurement's output:
+    truncated, overwritten, not Parquet), read again only where its size or mtime changed since this checkout read
+    it whole (the ledger)."""
+    verified = read_ledger(ledger)
+    before = json.dumps(verified, sort_keys=True)
+    out = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue
+        seen = verified.get(str(p))
+        if seen and (seen.get("size"), seen.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) and seen.get("reads"):
+            continue
+        why = parquet_problem(p)
+        if why:
+            out[str(p)] = why
+            verified.pop(str(p), None)
+        else:
+            verified[str(p)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "reads": True}
+    write_ledger(ledger, verified, before)
+    return out
+
+
 # ---------------------------------------------------------------- the set-aside store: nothing computed is lost
 
 SET_ASIDE = "_set_aside"  # results/<experiment>/_set_aside/<folder>/<spec sha256>/: runs kept for their spec
@@ -640,7 +667,8 @@ def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: d
     elif found.state in ("damaged", "stale"):  # stale without a spec sha (an old record): nothing to key it by
         dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), (meta_name, *names))
         _log_quarantine(out_dir, d.name, found.problems, dest)
-        log(f"opd: {what} is {found.state}: " + "; ".join(found.problems) + f". Its files are moved to {dest}/.")
+        log(f"opd: {what} {'are' if models else 'is'} {found.state}: " + "; ".join(found.problems)
+            + f". {'Their' if models else 'Its'} files are moved to {dest}/.")
     elif found.state == "incomplete":
         left = [n for n in names if (d / n).exists()]
         if left:

@@ -26,6 +26,12 @@ FROM_TIMING = {"infra.parquet": ["median_step_s", "tokens/s", "ratio", "rollout 
                "time_to_kl.parquet": ["s to final", "s to 90%", "speed-up to final", "speed-up to 90%"]}
 
 
+def tree_state(clone) -> dict:
+    """Every file under results/ and figures/ with its size and mtime: what a dry run must not change."""
+    return {str(p.relative_to(clone)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for top in ("results", "figures") for p in (clone / top).rglob("*") if p.is_file()}
+
+
 def analysis_content(clone) -> dict:
     out = {}
     for p in sorted((clone / "results" / "toy" / "analysis").glob("*.parquet")):
@@ -56,12 +62,13 @@ def test_a_truncated_and_an_overwritten_run_are_rerun_and_nothing_else(small_toy
     out = r.stdout + r.stderr
     damaged = ["bf16.qwen-s.s0", "bf16.qwen-s.s1", "noise-15.qwen-s.s0"]
     assert {w for rule, w in jobs_in(r) if rule in TRAIN_RULES} == {f"run_id={d}" for d in damaged}
-    assert {rule for rule, _ in jobs_in(r)} == TRAIN_RULES | {"analysis"}  # the s0 runs are probed runs
+    # the s0 runs are probed runs; job_spec is each damaged run's first step (it quarantines the run)
+    assert {rule for rule, _ in jobs_in(r)} == TRAIN_RULES | {"analysis", "job_spec"}
     assert all(f"run {d} is damaged" in out for d in damaged)
     quarantined = clone / "results" / "toy" / "_quarantine"
     assert sorted(p.name for p in quarantined.iterdir()) == sorted(damaged + ["log.json"])
-    # the log's last entries and newest folders: this call's (the first call, small_toy_built's, moved the
-    # committed runs aside: stale under small_toy)
+    # the log's entries and folders: this call's (the first call, small_toy_built's, set the committed runs aside in
+    # _set_aside/: stale under small_toy, not damaged)
     assert sorted(e["run_id"] for e in store.read_json(quarantined / "log.json")[-3:]) == damaged
     assert (max((quarantined / "bf16.qwen-s.s0").iterdir()) / "probes_prefix.parquet").read_bytes() == bytes(pb)
     assert (max((quarantined / "noise-15.qwen-s.s0").iterdir()) / "heldout.parquet").read_bytes() == bytes(b)
@@ -278,11 +285,12 @@ def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone
         for r in NOISE_15:
             for f in (runs / r).iterdir():
                 os.utime(f, (time.time() + 86400,) * 2)
+    before = tree_state(clone)
     r = snakemake(clone, "-n", "-c", "2")
     assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == NOISE_15
-    for run in NOISE_15:
-        assert f"run {run} is damaged: results/toy/runs/{run}/run.json: computed from another spec" in r.stderr
-    assert not (runs / "noise-15.qwen-s.s0" / "run.json").exists()  # moved aside: nothing looks done
+    assert (f"opd: {len(NOISE_15)} run(s) or base models were computed from another spec than the config asks for "
+            f"now") in r.stderr
+    assert tree_state(clone) == before  # a dry run moves and writes nothing: the real run's jobs set them aside
 
 
 def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone):
@@ -306,14 +314,12 @@ def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone)
               "nvfp4.qwen-s.s2", "fp8w-l0.qwen-s.s0", "fp8w-l0.qwen-s.s1"}
     r = snakemake(clone, "-n", "-c", "2")
     assert {w.split("=", 1)[1] for rule, w in jobs_in(r) if rule in TRAIN_RULES} == broken
-    assert "run fp8w.qwen-s.s0 is missing" in r.stderr and "run fp8w.qwen-s.s1 is incomplete (no run.json)" in r.stderr
-    assert "run fp8w-l0.qwen-s.s1 is incomplete (its job was killed or is running): it will be run (resuming from " \
-           "its checkpoint)" in r.stderr
+    assert "opd: 2 run(s) are incomplete (killed, or running elsewhere): fp8w-l0.qwen-s.s1, fp8w.qwen-s.s1" in r.stderr
     assert "fp8w.qwen-s.s2/run.json: not a JSON object but NoneType" in r.stderr
     assert "nvfp4.qwen-s.s1/run.json: files records no steps.parquet" in r.stderr
     assert "nvfp4.qwen-s.s2/run.json: files['steps.parquet'] is 'x'" in r.stderr
     assert "fp8w-l0.qwen-s.s0/run.json: status None" in r.stderr
-    # a second call (nothing ran in between) still reruns them: the quarantine log stays newer than the analysis
+    # a second call (nothing ran in between) still reruns them: the dry run changed nothing
     assert {w.split("=", 1)[1] for rule, w in jobs_in(snakemake(clone, "-n", "-c", "2"))
             if rule in TRAIN_RULES} == broken
 
@@ -345,8 +351,7 @@ def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clon
     # neither may change what the running job reads
     assert r.returncode == 0 or "IncompleteFilesException" in r.stdout + r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
     assert first.poll() is None, "the first snakemake ended before the dry run: make its run longer"
-    assert spec.read_bytes() == before
-    assert f"opd: results/toy/_jobs/train/bf16.qwen-s.s1.json is not rewritten while another snakemake runs" in r.stderr
+    assert spec.read_bytes() == before  # building the DAG never writes a spec file
     out = first.communicate(timeout=600)[0]
     assert first.returncode == 0, out[-3000:]
     meta = store.read_json(run / "run.json")
@@ -354,8 +359,8 @@ def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clon
     assert store.read_table(run / "steps.parquet")["step"].max() == 39  # the spec it started with, throughout
     # once it is done, the next call reads the edited config: the run is stale, named and rerun
     r = snakemake(clone, "-n", "-c", "2", f"{run.relative_to(clone)}/run.json")
-    assert "run bf16.qwen-s.s1 is damaged: results/toy/runs/bf16.qwen-s.s1/run.json: computed from another spec" \
-        in r.stderr
+    assert "run(s) or base models were computed from another spec than the config asks for now (" in r.stderr
+    assert "bf16.qwen-s.s1" in r.stderr.split("computed from another spec")[1].split(")")[0]
     assert ("train", "run_id=bf16.qwen-s.s1") in jobs_in(r)
 
 
@@ -459,9 +464,11 @@ def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
     assert problems == [f"{teacher}: {size // 2} bytes, base.json records {size}"]
     assert dest.parent == out / "_quarantine" / "_models" / "qwen-s" and (dest / "teacher.pt").exists()
     assert said[0].startswith("opd: base models of qwen-s are damaged: ")
-    # base models trained from another student spec are stale the same way
+    # base models trained from another student spec are stale: set aside under their spec, not quarantined
     shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s", dirs_exist_ok=True)
     import dataclasses
     other = dataclasses.replace(bases["qwen-s"], student_spec=bases["qwen-s"].student_spec.with_(d_ff=256))
-    problems = store.heal_runs(out, [], ledger, base_specs={"qwen-s": other})["base models of qwen-s"][0]
+    problems, dest = store.heal_runs(out, [], ledger, base_specs={"qwen-s": other})["base models of qwen-s"]
     assert "base.json: computed from another spec" in problems[0]
+    assert dest == store.set_aside_dir(out, "qwen-s", bases["qwen-s"].sha256(), models=True)
+    assert store.kept(out, "qwen-s", bases["qwen-s"], "base.json") == dest  # the spec asked for again gets it back

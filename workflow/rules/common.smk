@@ -88,6 +88,10 @@ KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "n
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
 KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
 KV_ATTRIBUTION_FILES = [f"{OUT}/kv_attribution/{s}.parquet" for s in KV_STUDENTS]
+# the measurements' outputs that do not read in full (read again where their size or mtime changed): their jobs rerun
+UNREADABLE = store.unreadable([*ADMISSION, *PREDICTOR_FILES, *KV_ATTRIBUTION_FILES], store.ledger_path(EXP))
+for path, why in UNREADABLE.items():
+    print(f"opd: {why}: it is measured again", file=sys.stderr, flush=True)
 STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 GUARDED = any(r.guard for r in ROWS.values())
 

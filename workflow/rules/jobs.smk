@@ -15,7 +15,9 @@ def rerun_marker(path):
     if path not in JOB_SPECS:
         raise ValueError(f"{path}: a job's spec file is written for its job: ask for the job's output instead")
     spec, folder, key = JOB_SPECS[path]
-    return dag.rerun_marker(EXP, spec.KIND, spec.name, dag.rerun_reasons(spec, path, FOUND.get(key) if key else None))
+    reasons = dag.rerun_reasons(spec, path, FOUND.get(key) if key else None,
+                                UNREADABLE.get(dag.measurement_path(OUT, spec)))
+    return dag.rerun_marker(EXP, spec.KIND, spec.name, reasons)
 
 
 rule job_spec:
