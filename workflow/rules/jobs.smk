@@ -29,7 +29,7 @@ rule job_spec:
         # the spec as JSON text (a shell command, not a script: Snakemake reruns a script's jobs whenever the script
         # is newer than their outputs, and this rule's outputs are every job's input)
         spec=lambda w, output: C.spec_text(JOB_SPECS[output[0]][0].to_json(), output[0]),
-        folder=lambda w, output: JOB_SPECS[output[0]][1] or "",
+        folder=lambda w, output: JOB_SPECS[output[0]][1] or "-",  # -: a job whose outputs Snakemake replaces
     log:
         f"logs/{EXP}/job_spec/{{kind}}/{{name}}.log",
     wildcard_constraints:
