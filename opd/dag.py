@@ -110,16 +110,19 @@ def settings_record(e: Experiment) -> str:
     return sha256_text(dumps(analysis_settings(e)))
 
 
-def analysis_inputs(e: Experiment, out: str, runs, rows, measurements) -> dict:
+def analysis_inputs(tau: float, settings: dict, rows: list[dict], out: str, runs, measurements) -> dict:
     """The record of what an analysis is computed from, which every analysis file carries (opd.store's `inputs`
-    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of analysis_settings, of the rows (opd.rows.Row,
-    as resolved) and of the measurement files; each run's record (run_record); and `sha256` over all of it. The DAG
-    compares it with the record of the files on disk to remake a stale analysis; `verdict` refuses a stale one."""
+    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of the settings (analysis_settings), of the rows
+    (as resolved: opd.spec.Experiment.resolved_row) and of the measurement files; each run's record (run_record, of
+    the runs under `out`); and `sha256` over all of it. The analysis job makes it from its inputs; the DAG compares
+    the one the files on disk hold with the one the inputs give now, to remake a stale analysis; `verdict` refuses a
+    stale one."""
     from opd.provenance import sha256_file, sha256_text
     from opd.spec import dumps
     run_sha = {r: x for r in runs if (x := run_record(out, r)) is not None}
-    rec = {"tau": e.tau, "settings": settings_record(e), "rows": sha256_text(dumps([e.resolved_row(r) for r in rows])),
-           "measurements": sha256_text(dumps({m: sha256_file(m) for m in sorted(measurements) if os.path.exists(m)})),
+    rec = {"tau": tau, "settings": sha256_text(dumps(settings)), "rows": sha256_text(dumps(list(rows))),
+           "measurements": sha256_text(dumps({str(m): sha256_file(m) for m in sorted(map(str, measurements))
+                                              if os.path.exists(m)})),
            "runs": dict(sorted(run_sha.items()))}
     return {**rec, "sha256": sha256_text(dumps(rec))}
 

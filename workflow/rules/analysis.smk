@@ -27,7 +27,7 @@ rule analysis:
         infra=EXPERIMENT.infra.written(),
         students={name: s.written() for name, s in EXPERIMENT.students.items()},
         backend=BACKEND,
-        inputs=lambda w: analysis_record(),  # what every analysis file records it was computed from
+        settings=dag.analysis_settings(EXPERIMENT),  # what the record of its inputs hashes of the settings
     log:
         f"logs/{EXP}/analysis.log",
     script:

@@ -255,16 +255,12 @@ _ANALYSIS_RECORD = []
 
 
 def analysis_record():
-    """What the analysis is computed from now (opd.dag.analysis_inputs over the runs, rows and admission checks in
-    scope), worked out once."""
+    """What the analysis would be computed from now (opd.dag.analysis_inputs over the runs, rows and admission checks
+    in scope, as the analysis job computes it from its inputs), worked out once."""
     if not _ANALYSIS_RECORD:
-        s = scope()
-        _ANALYSIS_RECORD.append(dag.analysis_inputs(EXPERIMENT, OUT, s.runs, scoped_rows_plain(), scoped_admission()))
+        _ANALYSIS_RECORD.append(dag.analysis_inputs(EXPERIMENT.tau, dag.analysis_settings(EXPERIMENT), scoped_rows(),
+                                                    OUT, scope().runs, scoped_admission()))
     return _ANALYSIS_RECORD[0]
-
-
-def scoped_rows_plain():
-    return [ROWS[name] for name in scope().rows]
 
 
 def analysis_marker():

@@ -1,8 +1,10 @@
 """Verdicts, budget, admission record and the RL contrast, from the runs' Parquet files alone."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from opd import backends, derived, scripts, stats, store
+from opd import backends, dag, derived, scripts, stats, store
 from opd.rows import Row
 from opd.spec import Infra, RLCollapse
 
@@ -179,7 +181,9 @@ def main(inp, out, params):
     heldout = pd.concat([store.read_table(p) for p in inp.heldout], ignore_index=True)
     # every file records what it was computed from (opd.dag.analysis_inputs): the DAG remakes a stale one, `verdict`
     # refuses it
-    record = params.inputs
+    runs = [Path(p).parent for p in inp.steps]
+    record = dag.analysis_inputs(params.tau, params.settings, params.rows,
+                                 str(runs[0].parent.parent) if runs else ".", [r.name for r in runs], inp.admission)
     store.write_table(steps, out.steps, store.STEPS, record)
     store.write_table(heldout, out.heldout, store.HELDOUT, record)
     rows = pd.DataFrame(params.rows)
