@@ -141,8 +141,8 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(c, indent=1))
         return 0
-    print(f"{a.experiment}: {c['runs']} runs, Slurm time limit {c['time_limit_h']:.0f} h; GPU-hours (estimates: "
-          f"no phase measured on a GPU yet)\n")
+    print(f"{a.experiment}: {c['runs']} runs, Slurm time limit {c['time_limit_h']:.0f} h; GPU-hours "
+          f"({C_.measured_note(e, json.loads(a.times.read_text()) if a.times else {})})\n")
     print(f"| {'phase':<30} | {'before':>9} | {'after':>9} |\n|{'-' * 32}|{'-' * 11}|{'-' * 11}|")
     for k in c["before"]:
         print(f"| {k:<30} | {c['before'][k]:9.0f} | {c['after'][k]:9.0f} |")

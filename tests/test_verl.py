@@ -12,28 +12,23 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from opd import config as C
 from opd import quant
-from opd.backends.verl import data, hook, logparse, plan
+from opd.backends.verl import compose, data, hook, logparse, plan
 from opd.backends.verl.__main__ import main as verl_cli
 from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides, run_overrides
 from opd.spec import Experiment
 
-VERL = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+VERL = compose.VERL
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def verl_compose(ov: list[str], asynchronous: bool):
-    GlobalHydra.instance().clear()
-    d = VERL / ("experimental/fully_async_policy/config" if asynchronous else "trainer/config")
-    extra = [f"hydra.searchpath=[file://{VERL / 'trainer/config'}]"] if asynchronous else []
-    with initialize_config_dir(config_dir=str(d), version_base=None):
-        return compose(config_name="fully_async_ppo_trainer" if asynchronous else "ppo_trainer", overrides=ov + extra)
+    """verl's config for `ov`, composed as its entry point composes it (one helper: opd.backends.verl.compose)."""
+    return compose.compose(ov, asynchronous)
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +84,8 @@ def test_every_paper_run_composes_against_verls_config(paper):
 
 
 def verl_startup_checks(cfg) -> None:
-    """What verl's synchronous trainer does with a composed config before it needs GPUs: main_ppo's
-    validate_config (batch and micro-batch sizes, the actor's dataclass), every interpolation resolved, and
-    the rollout, distillation and checkpoint-engine dataclasses its workers build."""
-    from verl.trainer.main_ppo import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
-    OmegaConf.to_container(cfg, resolve=True)
-    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
-    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
-    omega_conf_to_dataclass(cfg.distillation)
+    """verl's synchronous start-up checks (opd.backends.verl.compose.startup_checks, which the smoke runs too)."""
+    compose.startup_checks(cfg)
 
 
 @pytest.mark.filterwarnings("ignore:Disabled critic")
@@ -137,20 +124,30 @@ def load_smoke():
     return smoke
 
 
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory):
+    """The smoke's inputs as its `prepare` writes them: the toy models exported, the toy task as verl parquet."""
+    out = tmp_path_factory.mktemp("smoke")
+    load_smoke().prepare(out)
+    return out
+
+
 @pytest.mark.filterwarnings("ignore")
-def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
-    """benchmarks/verl_smoke.py is for whoever has a GPU: on 1, 2 and 8 GPUs its default rows (one
+def test_the_gpu_smoke_script_on_1_2_and_8_gpus(smoke_out, monkeypatch):
+    """benchmarks/verl_smoke.py is a site's first command: on 1, 2 and 8 GPUs its default rows (one
     synchronous, one k = 2) either fit in verl 0.9.1's pools or are refused with the reason; what fits
-    composes, passes verl's startup checks (the synchronous trainer's validate_config; the fully-async
-    trainer's and rollouter's __init__ on the exported toy model and task), and fills the node's GPUs
-    with TP 1 replicas; the context fits the toy models (prompt + response = their max_position_embeddings).
-    On one GPU both rows run: Ray declares 2 GPU slots that are GPU 0, the rollout shares the trainer's."""
+    composes (opd.backends.verl.compose, as verl's entry point composes it), passes verl's startup checks (the
+    smoke's own check_commands: the synchronous trainer's validate_config; here also the fully-async trainer's and
+    rollouter's __init__ on the exported toy model and task), and fills the node's GPUs with TP 1 replicas; the
+    context fits the toy models (prompt + response = their max_position_embeddings). The rows start Ray with the
+    same settings (they share one Ray session: verl's run_ppo starts Ray only for the first), and each finds its
+    log by its experiment name under one VERL_FILE_LOGGER_ROOT. On one GPU both rows run: Ray declares 2 GPU slots
+    that are GPU 0, the rollout shares the trainer's."""
     from opd.backends.tiny import model as M
+    from opd.backends.verl.overrides import shared_log
+    tmp_path = smoke_out
     smoke = load_smoke()
     student = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt")
-    M.export_hf(student, tmp_path / "student")
-    M.export_hf(M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/teacher.pt"), tmp_path / "teacher")
-    data.toy_task(tmp_path)
     sync, k2 = smoke.ROWS
     assert sync.get("staleness", 0) == 0 and k2["staleness"] == 2
     fits = {}
@@ -166,9 +163,13 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
             assert pools.rollout_replicas == (pools.rollout or pools.trainer).gpus
             assert (8 * 8) % pools.trainer.gpus == 0  # the step's 64 responses split evenly over the trainer
             cfg = verl_compose(ov, entry == ASYNC_ENTRY)
+            env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+            assert env.VERL_FILE_LOGGER_ROOT == str(tmp_path) and "VERL_FILE_LOGGER_PATH" not in env
+            assert shared_log(str(tmp_path), row["name"], "toy", 0) == str(
+                tmp_path / cfg.trainer.project_name / f"{cfg.trainer.experiment_name}.jsonl")
             if gpus == 1:  # Ray's 2 slots, both GPU 0; the k > 0 row's rollout: hybrid replicas, no pool of its own
                 assert pools.gpus == smoke.SHARED_SLOTS == cfg.ray_kwargs.ray_init.num_gpus and not pools.rollout
-                assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.CUDA_VISIBLE_DEVICES == "0"
+                assert env.CUDA_VISIBLE_DEVICES == "0"
                 assert cfg.ray_kwargs.ray_init.address == "local"  # never another job's cluster
                 engines = [cfg.actor_rollout_ref.rollout.gpu_memory_utilization,
                            cfg.distillation.teacher_models.teacher_model.inference.gpu_memory_utilization]
@@ -184,55 +185,142 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(tmp_path, monkeypatch):
                 _, rollouter_mod = async_modules()
                 cfg, tok, trainer = async_parts(cfg, tmp_path / "log.jsonl", monkeypatch)
                 rollouter_mod.FullyAsyncRollouter.__ray_actor_class__(config=cfg, tokenizer=tok, device_name="cuda")
-            else:
-                verl_startup_checks(cfg)
     assert set(fits) == {(1, sync["name"]), (1, k2["name"]), (2, sync["name"]), (8, sync["name"]), (8, k2["name"])}
+    # the smoke's own pre-GPU checks: composition, verl's synchronous checks, one set of Ray settings
+    for gpus in (1, 8):
+        cfgs = smoke.check_commands(tmp_path, smoke.ROWS, gpus)
+        assert list(cfgs) == [sync["name"], k2["name"]]
+    command = smoke.command
+
+    def with_extra(extra, rows):  # the smoke's command with `extra` overrides for the named rows
+        def patched(out, row, gpus):
+            entry, ov = command(out, row, gpus)
+            return entry, ov + (extra if row["name"] in rows else [])
+        monkeypatch.setattr(smoke, "command", patched)
+
+    with_extra(["+ray_kwargs.ray_init.runtime_env.env_vars.X=1"], {k2["name"]})
+    with pytest.raises(ValueError, match=r"\['stale-k2'\] start Ray differently"):
+        smoke.check_commands(tmp_path, smoke.ROWS, 1)
+    with_extra(["actor_rollout_ref.actor.use_dynamic_bsz=False"], {sync["name"]})
+    with pytest.raises(Exception, match="micro_batch_size"):  # verl's own check, run by the smoke before any GPU
+        smoke.check_commands(tmp_path, [sync], 1)
     assert smoke.STEPS >= 3 and smoke.STEPS % k2["staleness"] == 0
     assert (fits[8, k2["name"]].trainer.gpus, fits[8, k2["name"]].rollout.gpus, fits[8, k2["name"]].teacher.gpus) == (4, 2, 2)
     # verl cannot score the toy task itself: it loads our reward function by path, as its reward loop does
     from verl.trainer.ppo.reward import get_custom_reward_fn
-    fn = get_custom_reward_fn(verl_compose(smoke.command(tmp_path, sync, 2)[1], False))
+    fn = get_custom_reward_fn(verl_compose(command(tmp_path, sync, 2)[1], False))
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;17", ground_truth="17", extra_info={}) == 1.0
     assert fn(data_source="opd-toy", solution_str="3+5=8,8+9=17;16", ground_truth="17", extra_info={}) == 0.0
+    # the fp8 row: vLLM's block-FP8 shape rule refuses the toy's fused qkv (64 + 32 + 32), not a 128-multiple model
+    assert "qkv [64, 32, 32]" in smoke.fp8_refusal(tmp_path / "student")
+    wide = tmp_path / "wide"
+    wide.mkdir(exist_ok=True)
+    (wide / "config.json").write_text(json.dumps({"hidden_size": 1024, "num_attention_heads": 8,
+                                                  "num_key_value_heads": 2, "intermediate_size": 2816}))
+    assert smoke.fp8_refusal(wide) is None
 
 
-RAY_SLOTS = """
-import os, sys, ray
+# The smoke's training phase (benchmarks/verl_smoke.py: train_rows) in a process of its own, as on a GPU node: its
+# rows' configs from check_commands, verl's own entry points (main_ppo.main, fully_async_main.main, each with its
+# own start-up steps) and verl's run_ppo with its ray.init, with one stand-in: the task runner, whose real one
+# builds GPU worker groups. The stand-in does what the smoke relies on: it places two actors named as verl names its
+# vLLM servers (vllm_async_server.py:1365-1383) in a placement group of one GPU bundle per pool, as verl's pools
+# (single_controller/ray/base.py:146-156), and logs through verl's own Tracking (tracking.py:534-539).
+SMOKE_SESSION = """
+import importlib.util, json, os, sys
+from pathlib import Path
+import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-ray.init(address="local", num_gpus=2, num_cpus=1, include_dashboard=False,
-         runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": sys.argv[1]}})
-pg = placement_group([{"GPU": 1, "CPU": 0.1}] * 2)  # verl's two pools on one node: a bundle of one GPU each
-ray.get(pg.ready())
-@ray.remote(num_gpus=1, num_cpus=0.1)
-def where():
-    return os.environ["CUDA_VISIBLE_DEVICES"], ray.get_runtime_context().get_accelerator_ids()["GPU"]
-@ray.remote(num_cpus=0.1)
-def no_gpu():
-    return os.environ.get("CUDA_VISIBLE_DEVICES")
-print([ray.get(where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-       .remote()) for i in range(2)], ray.get(no_gpu.remote()))
+
+spec = importlib.util.spec_from_file_location("verl_smoke", sys.argv[1])
+smoke = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(smoke)
+out = Path(sys.argv[2])
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class Server:
+    def where(self):
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), ray.get_runtime_context().get_accelerator_ids()["GPU"]
+
+@ray.remote(num_cpus=0)
+class TaskRunnerStandIn:
+    def run(self, config):
+        from verl.utils.tracking import Tracking
+        pg = placement_group([{"GPU": 1}] * 2)
+        ray.get(pg.ready())
+        self.servers = [Server.options(name=n, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=i)).remote() for i, n in enumerate(["vllm_server_0_0", "vllm_server_teacher_0_0"])]
+        logger = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
+                          default_backend=list(config.trainer.logger))
+        logger.log({"smoke/probe": 1.0}, step=0)
+        logger.logger["file"].finish()
+        ctx = ray.get_runtime_context()
+        report = {"servers": ray.get([s.where.remote() for s in self.servers]), "gcs": ctx.gcs_address,
+                  "job": ctx.get_job_id(), "runner_sees": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  "device": config.trainer.device}
+        (out / f"{config.trainer.experiment_name}.report.json").write_text(json.dumps(report))
+
+from verl.experimental.fully_async_policy import fully_async_main
+from verl.trainer import main_ppo
+main_ppo.TaskRunnerV1 = fully_async_main.FullyAsyncTaskRunner = TaskRunnerStandIn
+cfgs = smoke.check_commands(out, smoke.ROWS, 1)
+phases = smoke.Phases()
+trained = smoke.train_rows(cfgs, phases, after_row=lambda name: print("after", name, flush=True))
+import time
+from ray.util.placement_group import placement_group_table
+deadline = time.monotonic() + 60  # the last row's runner and servers end (nothing removes its placement group)
+while ray.util.list_named_actors() and time.monotonic() < deadline:
+    time.sleep(0.5)
+print(json.dumps({"trained": trained, "failed": phases.failed, "phases": list(phases.seconds),
+                  "ray_started_by_verl": ray.is_initialized(), "named_left": ray.util.list_named_actors(),
+                  "groups": sorted(v["state"] for v in placement_group_table().values())}))
 """
 
 
-def test_two_ray_gpu_slots_are_one_physical_gpu_for_the_one_gpu_smoke(tmp_path):
-    """What the one-GPU smoke relies on (benchmarks/verl_smoke.py: one_gpu_overrides): a Ray cluster of 2 GPU
-    slots whose workers start with CUDA_VISIBLE_DEVICES=0 gives the worker of either slot GPU 0 (Ray maps slot i
-    to the i-th id its workers started with, and a slot beyond them to all of them), so verl's trainer and
-    teacher pools both land on it; a worker without a GPU sees it as usual (not an empty device list, which
-    a repeated id such as 0,0 would give: torch.cuda._parse_visible_devices, as CUDA reads it)."""
+@pytest.mark.filterwarnings("ignore")
+def test_the_one_gpu_smoke_trains_both_rows_in_one_ray_session(smoke_out):
+    """What the one-GPU smoke relies on, through its own train_rows and verl's own entry points (the task runner,
+    which needs GPUs, stood in: SMOKE_SESSION): verl's run_ppo starts Ray for the first row only and the second
+    row's runner is in the same session (same GCS, same job); a Ray cluster of 2 GPU slots whose workers start with
+    CUDA_VISIBLE_DEVICES=0 gives the worker of either slot GPU 0 (Ray maps slot i to the i-th id its workers
+    started with, and a slot beyond them to all of them), so verl's trainer and teacher pools both land on it, and a
+    worker without a GPU sees it as usual (not an empty device list, which a repeated id such as 0,0 would give:
+    torch.cuda._parse_visible_devices, as CUDA reads it); the second row's servers take the first row's names only
+    because the smoke waits for the first row's actors to go (wait_for_release); each row's log is verl's file
+    logger's under the shared VERL_FILE_LOGGER_ROOT. Ray keeps a placement group whose creator actor is gone while
+    the driver lives, which is why the smoke removes the first row's."""
+    import os
     import subprocess
     import sys
     from opd.backends.verl import gpu
-    env = gpu.ray_env(tmp_path)  # a token of its own: nothing written to ~/.ray
+    from opd.backends.verl.overrides import shared_log
+    smoke = load_smoke()
+    env = gpu.ray_env(smoke_out)  # a token of its own: nothing written to ~/.ray
     gpu._write_ray_token(env)
+    script = [sys.executable, "-c", SMOKE_SESSION, str(ROOT / "benchmarks" / "verl_smoke.py"), str(smoke_out)]
     for _ in range(2):  # Ray waits a fixed 30 s for its raylet (ray/_private/node.py:428): once more on a loaded CPU
-        r = subprocess.run([sys.executable, "-c", RAY_SLOTS, "0"], env={**__import__("os").environ, **env},
-                           capture_output=True, text=True, timeout=300)
-        if "timed out during startup" not in r.stderr:
+        r = subprocess.run(script, env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0"}, capture_output=True,
+                           text=True, timeout=400, cwd=smoke_out)
+        if "timed out during startup" not in r.stderr + r.stdout:
             break
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "[('0', ['0']), ('0', ['0'])] 0"
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    names = [row["name"] for row in smoke.ROWS]
+    assert result["failed"] == {} and result["trained"] == names and result["ray_started_by_verl"]
+    assert [p.split(" (")[0] for p in result["phases"]] == [f"train {names[0]}", f"release {names[0]}", f"train {names[1]}"]
+    assert "Ray start" in result["phases"][0] and "Ray start" not in result["phases"][2]
+    assert r.stdout.count("ray init kwargs") == 1  # verl's run_ppo started Ray once (main_ppo.py:73)
+    # why the smoke removes a finished row's placement groups: with its creator and its actors gone, Ray keeps the
+    # group (and its GPU slots) while the driver lives; the first row's, removed by wait_for_release, is gone
+    assert result["named_left"] == [] and result["groups"] == ["CREATED", "REMOVED"]
+    reports = [json.loads((smoke_out / f"{n}.toy.s0.report.json").read_text()) for n in names]
+    assert reports[0]["gcs"] == reports[1]["gcs"] and reports[0]["job"] == reports[1]["job"]
+    for rep in reports:
+        assert [where[0] for where in rep["servers"]] == ["0", "0"] and rep["runner_sees"] == "0"
+    for n in names:
+        assert json.loads(Path(shared_log(str(smoke_out), n, "toy", 0)).read_text().splitlines()[0])["data"] == {
+            "smoke/probe": 1.0}
 
 
 def test_a_resumed_run_keeps_every_step_of_every_attempt(tmp_path, monkeypatch):
@@ -1061,3 +1149,32 @@ def test_a_native_rows_standalone_engine_starts_as_verls_rollout_server_starts_i
             assert q[k] == ast.literal_eval(v), k
     assert q["ignored_layers"] == [f"model.layers.{i}.mlp.gate" for i in range(3)]
     assert plan.native_engine_args({"name": "x", "weights": "fp8_tensor", "activations": "fp8_token"}, 3) == {}
+
+
+def test_the_smokes_phase_times_are_what_the_cost_model_reads(tmp_path):
+    """benchmarks/verl_smoke.py writes its phases as {phase: {student or "*": hours}}: the start-ups (training's
+    Ray and verl start-up before its first step, the evaluation engine's start) for every student, the rest for the
+    toy; `python -m opd.backends.verl cost --times` and cluster_cost.py --times read it, apply the "*" phases to the
+    paper's students and say the toy's are not applied. (The seconds are given here: nothing runs.)"""
+    import pandas as pd
+    from opd.backends.verl import cost
+    smoke = load_smoke()
+    ph = smoke.Phases()
+    names = [r["name"] for r in smoke.ROWS]
+    ph.seconds = {f"train {names[0]} (Ray start, verl start-up, 4 steps, k = 0)": 100.0, f"release {names[0]}": 3.0,
+                  f"train {names[1]} (verl start-up, 4 steps, k = 2)": 90.0, "evaluation engine start (BF16)": 30.0,
+                  "held-out generation: student (step 0)": 1.0, "held-out scoring: student (step 0)": 3.0,
+                  f"admission {names[0]} (candidate engine, rescoring)": 36.0}
+    steps = {names[0]: pd.DataFrame({"step_s": [2.0] * 4}), names[1]: pd.DataFrame({"step_s": [5.0, 5.0]})}
+    t = smoke.times(ph, steps)
+    assert set(t) <= set(cost.ESTIMATES) and all(isinstance(v, float) for d in t.values() for v in d.values())
+    assert t["train_restart_h"] == {"*": 92 / 3600} and t["eval_job_start_h"] == {"*": 30 / 3600}
+    assert t["train_h"] == {"toy": 10 / 3600} and t["eval_step_h"] == {"toy": 4 / 3600}
+    assert t["admission_h"] == {"toy": 36 / 3600}
+    e = Experiment.of(C.load(), "paper")
+    assert cost.gpu_hours(e, t)["held-out evaluation"] < cost.gpu_hours(e)["held-out evaluation"]  # 30 s < 5 min
+    assert cost.gpu_hours(e, t)["admission"] == cost.gpu_hours(e)["admission"]  # the toy's: not applied
+    note = cost.measured_note(e, t)
+    assert "eval_job_start_h for *" in note and "admission_h not applied (toy: not a student of paper)" in note
+    (tmp_path / "t.json").write_text(json.dumps(t))
+    assert verl_cli(["cost", "--times", str(tmp_path / "t.json")]) == 0

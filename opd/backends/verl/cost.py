@@ -145,6 +145,20 @@ def disk_summary(e: Experiment, in_flight: int = 8) -> dict:
             "kept_all_tb": sum(keep), "retention": not e.verl.keep_checkpoints}
 
 
+def measured_note(e: Experiment, times: dict) -> str:
+    """Which phases `times` measured, and for which of the experiment's students they count ('*': every one; a
+    student the experiment lacks, such as the smoke's toy, is named as not applied)."""
+    parts = []
+    for k in (k for k in ESTIMATES if k in times):
+        used = [s for s in times[k] if s == "*" or s in e.students]
+        unused = [s for s in times[k] if s not in used]
+        why = f"{', '.join(unused)}: not a student of {e.name}"
+        parts.append(f"{k} for {', '.join(used)}" + (f" ({why})" if unused else "") if used else
+                     f"{k} not applied ({why})")
+    return ("measured: " + "; ".join(parts) + "; the rest estimates") if parts else \
+        "estimates: no phase measured on a GPU yet"
+
+
 def report(e: Experiment, times: dict | None = None) -> str:
     """The printed plan: requests per job kind, GPU-hours, disk, attention-mask memory."""
     lines = [f"{e.name}: {len(e.runs())} runs; Slurm requests per job kind", "",
@@ -153,8 +167,7 @@ def report(e: Experiment, times: dict | None = None) -> str:
         lines.append(f"| {r['kind']} | {r['nodes']} | {r['gpus']} | {r['cpus']} | {r['mem_gb']:g} | "
                      f"{r['time_min'] / 60:g} h | {'yes' if r['exclusive'] else 'no'} |")
     h = gpu_hours(e, times)
-    measured = sorted(k for k in ESTIMATES if k in (times or {}))
-    lines += ["", f"GPU-hours ({'measured: ' + ', '.join(measured) if measured else 'estimates: no phase measured on a GPU yet'})", ""]
+    lines += ["", f"GPU-hours ({measured_note(e, times or {})})", ""]
     lines += [f"| {k:<26} | {v:8.0f} |" for k, v in h.items()]
     lines.append(f"| {'total':<26} | {total(h):8.0f} |")
     d = disk_summary(e)

@@ -92,26 +92,42 @@ def samples_path(out: Path) -> Path:
     return out.with_name(out.stem + ".samples.parquet")
 
 
-def generate_heldout(spec: HeldoutSpec, model: str) -> pd.DataFrame:
+def heldout_engine(spec: HeldoutSpec, model: str):
+    """The evaluation's BF16 vLLM engine on `model` with the student's tokenizer (and the weight-sync hook, whose
+    reload_checkpoint replaces its weights: gpu.load_weights)."""
+    from vllm import LLM
+
+    from .gpu import _engine_args
+    from .overrides import HOOK
+    return LLM(model, tokenizer=model_path(spec.student_spec.model), worker_extension_cls=HOOK, **_engine_args(0, spec.verl))
+
+
+def generate_heldout(spec: HeldoutSpec, model: str, llm=None) -> pd.DataFrame:
     """The policy (a BF16 vLLM engine on `model`, the student's tokenizer) answers every held-out problem
     `eval_responses` times at temperature 1, seeded by the step alone: common random numbers across rows and
-    seeds, as in the tiny backend. One row per response: prompt_id, prompt and response token ids, text."""
-    from vllm import LLM, SamplingParams
+    seeds, as in the tiny backend. One row per response: prompt_id, prompt and response token ids, text.
+    `llm`: a running heldout_engine to use instead of starting one, `model`'s weights loaded into it first
+    (benchmarks/verl_smoke.py evaluates several policies with one engine); it stays open."""
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from .gpu import _engine_args, _read_parquets, close_engine, prompt_ids
-    from .overrides import HOOK
+    from .gpu import _read_parquets, close_engine, load_weights, prompt_ids
 
     t = spec.settings
     held = _read_parquets(spec.verl.data.heldout)
-    llm = LLM(model, tokenizer=model_path(spec.student_spec.model), worker_extension_cls=HOOK, **_engine_args(0, spec.verl))
+    own = llm is None
+    if own:
+        llm = heldout_engine(spec, model)
+    else:
+        load_weights(llm, model)
     tok = llm.get_tokenizer()
     prompts = [TokensPrompt(prompt_token_ids=prompt_ids(tok, p)) for p in held["prompt"]]
     outs = llm.generate(prompts, SamplingParams(n=t.eval_responses, temperature=1.0, seed=spec.step,
                                                 max_tokens=t.max_response_length))
     rows = [{"prompt_id": pid, "prompt": list(out.prompt_token_ids), "response": list(c.token_ids), "text": c.text}
             for pid, out in enumerate(outs) for c in out.outputs]
-    close_engine(llm)  # the engine's memory goes back before the scorers load (gpu.close_engine)
+    if own:
+        close_engine(llm)  # the engine's memory goes back before the scorers load (gpu.close_engine)
     return pd.DataFrame(rows)
 
 

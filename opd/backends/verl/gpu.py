@@ -413,12 +413,16 @@ class LogRatios(NamedTuple):
     tokens: np.ndarray  # per sequence: its response tokens
 
 
-def offline_logratios(spec: AdmissionSpec | KVAttributionSpec, rows: list[Row]) -> list[LogRatios]:
+def offline_logratios(spec: AdmissionSpec | KVAttributionSpec, rows: list[Row], ref=None) -> list[LogRatios]:
     """Per row, per sequence (prompts in order, `responses` sequences each): the sum of log q - log p over
     the response's tokens and their count. Each row's candidate engine samples; one standard BF16 engine
-    (the same student weights) rescores every row's tokens."""
+    (the same student weights) rescores every row's tokens. `ref`: a running BF16 engine to rescore with
+    instead of starting one (the student's weights loaded into it first: load_weights; it stays open)."""
     messages = offline_messages(spec)
     samples = [_candidate_samples(spec, row, messages) for row in rows]
+    if ref is not None:
+        load_weights(ref, model_path(spec.student_spec.model))
+        return [rescore(ref, seqs) for seqs in samples]
     ref = reference_engine(spec)
     try:
         return [rescore(ref, seqs) for seqs in samples]
@@ -450,10 +454,11 @@ def rescore(ref, seqs: list[tuple[list[int], list[int], list[float]]]) -> LogRat
     return LogRatios(np.array([d.sum() for d in diffs]), np.array([len(d) for d in diffs], dtype=np.int64))
 
 
-def offline_mismatch(spec: AdmissionSpec | Mapping) -> float:
-    """D_hat of the spec's row: the mean per-token log q - log p over all response tokens (offline_logratios)."""
+def offline_mismatch(spec: AdmissionSpec | Mapping, ref=None) -> float:
+    """D_hat of the spec's row: the mean per-token log q - log p over all response tokens (offline_logratios;
+    `ref` as there)."""
     spec = AdmissionSpec.of(spec)
-    sums, tokens = offline_logratios(spec, [spec.row])[0]
+    sums, tokens = offline_logratios(spec, [spec.row], ref)[0]
     return float(sums.sum() / tokens.sum())
 
 

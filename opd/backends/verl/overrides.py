@@ -49,6 +49,7 @@ SYNC_ENTRY = "verl.trainer.main_ppo"
 ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
 HOOK = "opd.backends.verl.hook.WeightNumerics"  # the vLLM worker extension applying weight numerics
 ESI_MARGIN_S = 60  # seconds beyond verl's own 60 s for a checkpoint save, before the Slurm signal
+PROJECT = "opd-budget"  # trainer.project_name: verl's file logger names its folder after it (shared_log)
 REWARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reward.py")  # verl loads it by path
 
 
@@ -146,7 +147,8 @@ def run_overrides(cfg: dict, run: Run, run_dir: str = ".", **kw) -> list[str]:
 
 def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings | dict, verl: Verl | dict, *,
               student: str, seed: int = 0, run_dir: str = ".", log_path: str | None = None,
-              pools: Layout | None = None, guard: Guard | dict | None = None, env: dict | None = None) -> list[str]:
+              pools: Layout | None = None, guard: Guard | dict | None = None, env: dict | None = None,
+              log_root: str | None = None) -> list[str]:
     """Hydra overrides for one run of `row` by `student` (its spec, opd.spec.Student) with the run's
     training settings (opd.spec.Experiment.settings) and the experiment's verl settings, exactly what a
     training job's spec holds (config.yaml's mappings of them are read as those types). verl's file logger
@@ -154,7 +156,10 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
     `verl.layout` gives (benchmarks/verl_smoke.py: one node); `guard`: the row's resolved guard
     (opd.spec.Experiment.guard: d_max a number), which the weight-sync hook applies; `env`: variables of verl's,
     NCCL's or Gloo's own for every Ray process of the run (gpu.train_run: verl.network, verl's deadline), through
-    the runtime_env verl's ray.init passes to every worker (main_ppo.py:62-74)."""
+    the runtime_env verl's ray.init passes to every worker (main_ppo.py:62-74). `log_root` instead of `log_path`:
+    verl's file logger writes to shared_log(log_root, ...), a path that follows from the run's experiment_name, so
+    runs that differ only there have the same runtime_env and can share one Ray session (benchmarks/verl_smoke.py:
+    verl's run_ppo starts Ray only when none is running, main_ppo.py:57)."""
     from .logparse import attempt_log
     r, s, t, v = Row.of(row), Student.of(student_spec), Settings.of(settings), Verl.of(verl)
     guard = Guard.of(guard) if guard else None
@@ -162,7 +167,9 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
     k = r.staleness
     plan = schedule(t, k, v.resume_every)
     rollout = "actor_rollout_ref.rollout"
-    log_path = os.path.abspath(log_path or attempt_log(run_dir))
+    log_path = os.path.abspath(log_path or attempt_log(run_dir)) if not log_root else shared_log(
+        log_root, r.name, student, seed)
+    log_env = ("VERL_FILE_LOGGER_ROOT", os.path.abspath(log_root)) if log_root else ("VERL_FILE_LOGGER_PATH", log_path)
     o = [
         # paths absolute (a relative one is the repository's: opd.backends.verl.site), since verl runs in the run folder
         f"data.train_files={hydra_value([data_path(v.data.train)])}",
@@ -213,10 +220,10 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         # the file logger lives in a Ray actor (trainer_base.py:423, fully_async_trainer.py:128 -> tracking.py:534),
         # possibly on another node: verl's ray.init passes this runtime_env to every worker of the job
         # (main_ppo.py:62-74), which is how VERL_FILE_LOGGER_PATH reaches it
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={hydra_value(log_path)}",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{log_env[0]}={hydra_value(log_env[1])}",
         *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k_}={hydra_value(str(v_))}" for k_, v_ in (env or {}).items()),
-        "trainer.project_name=opd-budget",
-        f"trainer.experiment_name={hydra_value(f'{r.name}.{student}.s{seed}')}",
+        f"trainer.project_name={PROJECT}",
+        f"trainer.experiment_name={hydra_value(experiment_name(r.name, student, seed))}",
         *(pools or layout_of(v, r)).overrides(),
     ]
     if k == 0:
@@ -275,6 +282,17 @@ def overrides(row: Row | dict, student_spec: Student | dict, settings: Settings 
         o.append(f"+{rollout}.engine_kwargs.vllm.speculative_config=" + hydra_value(
             {"method": spec.method, "model": model_path(s.eagle3), "num_speculative_tokens": spec.num_speculative_tokens}))
     return o + extra_overrides(o, v)
+
+
+def experiment_name(row: str, student: str, seed: int) -> str:
+    """trainer.experiment_name of a run: its run id."""
+    return f"{row}.{student}.s{seed}"
+
+
+def shared_log(log_root: str, row: str, student: str, seed: int) -> str:
+    """Where verl's file logger writes when VERL_FILE_LOGGER_ROOT is set and VERL_FILE_LOGGER_PATH is not:
+    <root>/<trainer.project_name>/<trainer.experiment_name>.jsonl (utils/tracking.py:534-539)."""
+    return os.path.join(os.path.abspath(log_root), PROJECT, f"{experiment_name(row, student, seed)}.jsonl")
 
 
 # verl 0.9.1's tracking backends (utils/tracking.py:49-60) a run may log to; `file` always, since logparse reads
