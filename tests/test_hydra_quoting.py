@@ -1,7 +1,11 @@
 """Every string from the config or the filesystem reaches verl's Hydra config exactly (issue 17, item 2):
 every run of the paper experiment, with hostile but legal paths and model names, composed against verl's
-installed config (as tests/test_verl.py composes them), then resolved as verl resolves it at start."""
+installed config (as tests/test_verl.py composes them), then resolved as verl resolves it at start. A model is
+an existing folder or a Hub id `org/name` (opd.backends.verl.site.location refuses anything else), so every model
+folder a test names is made under its tmp_path first (resolved: the jobs get a model folder's resolved path)."""
 import os
+import re
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -12,14 +16,22 @@ from test_verl import load_smoke, verl_compose
 
 # legal in a POSIX path or a Hub name: a sweep's comma, a space, list and dict brackets, both quotes, '=',
 # ':', '$' (not '${'), '%', '#', '~', unicode, a backslash inside, before a quote and at the end
-WEIRD = "/srv/d a,b/[x]{y}/'s' \"d\"/k=v:w/$HOME %p #h ~u/ünï ☃/back\\slash/q\\'"
+WEIRD = "d a,b/[x]{y}/'s' \"d\"/k=v:w/$HOME %p #h ~u/ünï ☃/back\\slash/q\\'"
+
+
+def folder(path: str) -> str:
+    """`path` made as a folder (a model must exist to pass the site's check); the string itself."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def hostile(cfg, tmp_path):
     e = cfg["experiments"]["paper"]
+    weird = f"{tmp_path.resolve()}/{WEIRD}"
     for i, s in enumerate(e["students"].values()):
-        s.update(model=f"{WEIRD}/student {i}\\", teacher=f"{WEIRD}/teacher,{i}'", eagle3=f"{WEIRD}/eagle=3 [{i}]")
-    e["verl"]["data"] = {"train": f"{WEIRD}/train.parquet", "heldout": [f"{WEIRD}/aime,24.parquet", "math 500.parquet"]}
+        s.update(model=folder(f"{weird}/student {i}\\"), teacher=folder(f"{weird}/teacher,{i}'"),
+                 eagle3=folder(f"{weird}/eagle=3 [{i}]"))
+    e["verl"]["data"] = {"train": f"{weird}/train.parquet", "heldout": [f"{weird}/aime,24.parquet", "math 500.parquet"]}
     return e, f"{tmp_path}/runs, [a]={{b}} 'c' $d ü"
 
 
@@ -52,7 +64,9 @@ def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(tmp
 
 def test_the_gpu_smoke_commands_quote_their_paths_too(tmp_path):
     smoke = load_smoke()
-    out = tmp_path / "smoke, [a]={b} 'c' $d ü\\"
+    out = tmp_path.resolve() / "smoke, [a]={b} 'c' $d ü\\"
+    for model in ("student", "teacher"):  # the folders the smoke's prepare exports its toy models to
+        folder(str(out / model))
     entry, ov = smoke.command(out, smoke.ROWS[0], 2)
     c = verl_compose(ov, entry == ASYNC_ENTRY)
     assert c.actor_rollout_ref.model.path == str(out / "student")
@@ -62,10 +76,11 @@ def test_the_gpu_smoke_commands_quote_their_paths_too(tmp_path):
 
 def test_an_interpolation_in_a_path_is_refused_before_verl_starts(tmp_path):
     """'${' composes as text when escaped, but verl resolves its config and would then read it as an
-    interpolation: it is refused, naming the value."""
+    interpolation: it is refused, naming the value (a folder that exists, so the refusal is the quoting's)."""
     cfg = C.load()
-    next(iter(cfg["experiments"]["paper"]["students"].values()))["model"] = "/models/${USER}/r1"
+    model = folder(f"{tmp_path.resolve()}/models/${{USER}}/r1")
+    next(iter(cfg["experiments"]["paper"]["students"].values()))["model"] = model
     r = C.runs(cfg, "paper")[0]
-    with pytest.raises(ValueError, match=r"'/models/\$\{USER\}/r1' contains '\$\{'"):
+    with pytest.raises(ValueError, match=re.escape(f"{model!r} contains '${{'")):
         run_overrides(cfg, r, run_dir=str(tmp_path))
     assert hydra_value("$HOME") == "'$HOME'"
