@@ -358,14 +358,17 @@ class Scope:
                                        if r["name"] in self.rows]}
 
 
-def scope(e: Experiment, out: str, existing_only: bool, exists: Callable[[str], bool] | None = None) -> Scope:
-    """The Scope of a DAG (existing_only: the target is `figures`). A run is there when its run.json says complete
-    (opd.store.is_complete; the cache check before the DAG moved damaged runs aside)."""
+def scope(e: Experiment, out: str, existing_only: bool, exists: Callable[[str], bool] | None = None,
+          current: Callable[[str], bool] | None = None) -> Scope:
+    """The Scope of a DAG (existing_only: the target is `figures`). A run is there when `current(run_id)` says so
+    (the DAG's: the cache check found it complete, sound and computed from its spec now; by default, when its
+    run.json says complete: opd.store.is_complete), so `figures` never retrains a stale or damaged run."""
     from opd import store
     runs = e.runs()
     if not existing_only:
         return Scope(tuple(r.run_id for r in runs), tuple(r.name for r in e.rows))
-    done = [r for r in runs if store.is_complete(f"{out}/runs/{r.run_id}")]
+    current = current or (lambda rid: store.is_complete(f"{out}/runs/{rid}"))
+    done = [r for r in runs if current(r.run_id)]
     rows = tuple(r.name for r in e.rows if any(d.name == r.name for d in done))
     if e.baseline.name not in rows:
         raise ValueError(f"experiment {e.name!r}: `snakemake figures` builds from the results that exist, and the "

@@ -685,13 +685,20 @@ def _move(d: Path, dest: Path, names) -> None:
 
 
 def _log_quarantine(out_dir: Path, name: str, problems, dest: Path) -> None:
+    """Append a quarantine to the experiment's log, under a lock: jobs that quarantine run side by side."""
+    import fcntl
     record = quarantine_log(out_dir)
-    try:
-        old = read_json(record)
-    except (OSError, ValueError):
-        old = []
-    write_json((old if isinstance(old, list) else []) + [{"time": dest.name, "run_id": name,
-                                                           "problems": list(problems), "moved_to": str(dest)}], record)
+    lock_path = Path(".snakemake") / "opd" / f"quarantine-{Path(out_dir).name}.lock"  # beside this checkout's ledger
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            old = read_json(record)
+        except (OSError, ValueError):
+            old = []
+        write_json((old if isinstance(old, list) else []) + [{"time": dest.name, "run_id": name,
+                                                               "problems": list(problems), "moved_to": str(dest)}],
+                   record)
 
 
 def kept(out_dir, folder: str, spec, meta_name: str = "run.json") -> Path | None:

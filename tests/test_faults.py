@@ -338,8 +338,10 @@ def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clon
     first = subprocess.Popen([sys.executable, "-m", "snakemake", "-c", "1", f"{run.relative_to(clone)}/run.json"],
                              cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     locks = clone / ".snakemake" / "locks"
+    train_log = clone / "logs" / "toy" / "train" / "bf16.qwen-s.s1.log"  # its training job has started
     deadline = time.time() + 120
-    while not (locks.is_dir() and any(locks.iterdir())) and first.poll() is None and time.time() < deadline:
+    while not (locks.is_dir() and any(locks.iterdir()) and spec.exists() and train_log.exists()) \
+            and first.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert first.poll() is None, first.communicate()[0][-3000:]
     before = spec.read_bytes()

@@ -100,15 +100,15 @@ def test_verdict_refuses_a_stale_analysis_and_compare_refuses_what_is_no_verdict
         return subprocess.run([sys.executable, "-m", "opd.cli", "verdict", "noise-15"], cwd=clone, capture_output=True,
                               text=True)
     assert verdict().returncode == 0  # the committed analysis is current in a fresh clone
+    original = (clone / "config.yaml").read_text()
     for edit, said in ((lambda e: e.update(tau=0.0001, taus=[0.0001]), "they are at tau 0.2, the config asks for 0.0001"),
                        (lambda e: e["train"].update(steps=101), "computed from another spec than the config asks for"),
                        (lambda e: e["students"]["qwen-s"].update(d_ff=200), "computed from another spec")):
-        cfg = C.load(clone / "config.yaml")
-        edit(cfg["experiments"]["toy"])
-        (clone / "edited.yaml").write_text(json.dumps(cfg))
-        r = subprocess.run([sys.executable, "-m", "opd.cli", "verdict", "noise-15", "--config", "edited.yaml"],
-                           cwd=clone, capture_output=True, text=True)
+        edit_config(clone, lambda c: edit(c["experiments"]["toy"]))
+        r = verdict()
         assert r.returncode == 2 and said in r.stderr and "snakemake -c 2" in r.stderr, r.stderr
+        assert r.stdout == ""  # no old verdict printed as if current
+        (clone / "config.yaml").write_text(original)
     verdicts = clone / "results" / "toy" / "analysis" / "verdicts.parquet"
     assert set(store.read_table(verdicts)["tau"]) == {0.2} and store.read_inputs(verdicts)["tau"] == 0.2
     r = subprocess.run([sys.executable, "-m", "opd.cli", "compare", "results/toy/analysis/rl.parquet",

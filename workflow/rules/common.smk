@@ -181,7 +181,7 @@ def scope():
     """This DAG's opd.dag.Scope (every run, or for `figures` those with results), worked out once, when Snakemake
     first asks; for `figures` what it leaves out is said on stderr, naming the target that would make it."""
     if not _SCOPE:
-        s = dag.scope(EXPERIMENT, OUT, figures_only())
+        s = dag.scope(EXPERIMENT, OUT, figures_only(), current=lambda rid: not FOUND[rid].reruns)
         _SCOPE.append(s)
         for line in s.left_out:
             print(f"figures: {line}", file=sys.stderr, flush=True)
