@@ -244,6 +244,10 @@ def set_aside(experiment, config_path, prune: bool) -> int:
               f"{x['time']}  {asked}")
     total = sum(x["bytes"] for x in entries)
     print(f"{len(entries)} folder(s) kept in {store.set_aside_root(out)}/, {total / 2**20:.1f} MiB")
+    if prune and store.another_invocation():
+        print("not pruned: another snakemake runs in this folder (.snakemake/locks/), and its jobs may be restoring "
+              "from the store; prune once it is done", file=sys.stderr)
+        return 1
     if prune:
         gone = store.prune_set_aside(out, wanted)
         print(f"pruned {len(gone)} folder(s) whose spec the config does not ask for, "

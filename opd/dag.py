@@ -21,10 +21,15 @@ def spec_path(out: str, spec: JobSpec) -> str:
     return f"{out}/_jobs/{spec.KIND}/{spec.name}.json"
 
 
-def found_key(spec: JobSpec, folder: str) -> str:
-    """The key of a job's folder in opd.store.inspect_all's findings: a run's id, or `base models of <folder>`."""
-    name = os.path.basename(folder.rstrip("/"))
-    return f"base models of {name}" if spec.KIND == "base" else name
+def job_folder(out: str, spec: JobSpec) -> tuple[str, str] | None:
+    """The folder a job's results live in and are kept by (opd.store: checked, set aside, restored), with its key in
+    opd.store.inspect_all's findings: a run's (`runs/<run_id>`, keyed by the run id) or a student's base models'
+    (`_models/<folder>`, `base models of <folder>`); None for a job whose output Snakemake replaces itself."""
+    if spec.KIND == "train":
+        return f"{out}/runs/{spec.run_id}", spec.run_id
+    if spec.KIND == "base":
+        return f"{out}/_models/{spec.name}", f"base models of {spec.name}"
+    return None
 
 
 MEASUREMENTS = ("admission", "predictors", "kv_attribution")  # the job kinds whose output is <kind>/<name>.parquet
@@ -59,17 +64,16 @@ def rerun_marker(experiment: str, kind: str, name: str, reasons: list[str]) -> s
     time: newer than the job's spec file and with content Snakemake has not recorded (it reruns a job for a newer
     input only if the input's checksum differs from the one it recorded), so Snakemake reruns job_spec; a missing file
     would not do (Snakemake 9 reruns a job for a missing input only where a job downstream runs anyway). Otherwise it is
-    kept as it is, or made with the oldest time there is, so it reruns nothing; it stays, so that the rule's set of
-    inputs is always the same. One folder each: Snakemake reads the times of a folder's files at once, the first time
+    emptied with the oldest time there is (also where a dry run or a stopped run left it newer: it must not rerun a
+    job whose reasons are gone), so it reruns nothing; it stays, so that the rule's set of inputs is always the same. One folder each: Snakemake reads the times of a folder's files at once, the first time
     it needs one, which may be before the input function that rewrites another one runs."""
     import time
     from pathlib import Path
     path = Path(f".snakemake/opd/rerun/{experiment}/{kind}/{name}/marker")
+    path.parent.mkdir(parents=True, exist_ok=True)
     if reasons:
-        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{time.time_ns()}\n" + "".join(r + "\n" for r in reasons))
-    elif not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.exists() or path.stat().st_mtime_ns != 0:  # a marker left newer (a dry run, a stopped run) reset
         path.write_text("")
         os.utime(path, (0, 0))
     return str(path)
@@ -112,17 +116,16 @@ def settings_record(e: Experiment) -> str:
 
 def analysis_inputs(tau: float, settings: dict, rows: list[dict], out: str, runs, measurements) -> dict:
     """The record of what an analysis is computed from, which every analysis file carries (opd.store's `inputs`
-    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of the settings (analysis_settings), of the rows
-    (as resolved: opd.spec.Experiment.resolved_row) and of the measurement files; each run's record (run_record, of
-    the runs under `out`); and `sha256` over all of it. The analysis job makes it from its inputs; the DAG compares
+    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of the settings (analysis_settings) and of the
+    rows (as resolved: opd.spec.Experiment.resolved_row); each measurement file's sha256; each run's record
+    (run_record, of the runs under `out`); and `sha256` over all of it. The analysis job makes it from its inputs; the DAG compares
     the one the files on disk hold with the one the inputs give now, to remake a stale analysis; `verdict` refuses a
     stale one."""
     from opd.provenance import sha256_file, sha256_text
     from opd.spec import dumps
     run_sha = {r: x for r in runs if (x := run_record(out, r)) is not None}
     rec = {"tau": tau, "settings": sha256_text(dumps(settings)), "rows": sha256_text(dumps(list(rows))),
-           "measurements": sha256_text(dumps({str(m): sha256_file(m) for m in sorted(map(str, measurements))
-                                              if os.path.exists(m)})),
+           "measurements": {str(m): sha256_file(m) for m in sorted(map(str, measurements)) if os.path.exists(m)},
            "runs": dict(sorted(run_sha.items()))}
     return {**rec, "sha256": sha256_text(dumps(rec))}
 
@@ -136,7 +139,9 @@ def analysis_changes(recorded: dict | None, now: dict) -> list[str]:
     out = []
     if recorded.get("tau") != now["tau"]:
         out.append(f"tau {recorded.get('tau')} -> {now['tau']}")
-    out += [f"{k} changed" for k in ("settings", "rows", "measurements") if recorded.get(k) != now[k]]
+    out += [f"{k} changed" for k in ("settings", "rows") if recorded.get(k) != now[k]]
+    if recorded.get("measurements") != now["measurements"]:
+        out.append("the admission checks changed")
     was, runs = recorded.get("runs") or {}, now["runs"]
     changed = [r for r in runs if r in was and was[r] != runs[r]]
     new, gone = [r for r in runs if r not in was], [r for r in was if r not in runs]
@@ -151,9 +156,10 @@ SPEC_CLASSES = {c.KIND: c for c in (BaseSpec, TrainSpec, AdmissionSpec, Predicto
 
 
 def prepare_job(spec: JobSpec, path: str, folder: str | None, out: str) -> None:
-    """rule job_spec (workflow/scripts/job_spec.py): the job's folder made ready for it (opd.store.prepare: a stale
-    result set aside under the spec it was computed from, a damaged one quarantined, an incomplete one's outputs
-    quarantined; `folder` None for a job whose outputs Snakemake replaces itself), then its spec file written
+    """rule job_spec (`python -m opd.cli prepare-job`): the job's folder made ready for it (opd.store.prepare: a
+    result, current or stale, set aside under the spec it was computed from, since Snakemake deletes a job's outputs
+    before it runs it; a damaged one quarantined; an incomplete one's outputs quarantined; `folder` None for a job
+    whose outputs Snakemake replaces itself), then its spec file written
     (always: newer than the job's outputs and its rerun marker, so the job runs and the marker has done its work).
     What it did is printed (the rule's log)."""
     from pathlib import Path
@@ -261,7 +267,7 @@ def probes(e: Experiment) -> Probes:
 
 def train_specs(e: Experiment, models: str) -> dict[str, TrainSpec]:
     """Every run's training spec by run id (models: results/<experiment>/_models): what the train rules write as
-    each run's spec file, and what the cache check (opd.store.heal_runs) compares each run's run.json with."""
+    each run's spec file, and what the cache check (opd.store.inspect_all) compares each run's run.json with."""
     probed, p = set(probe_runs(e)), probes(e)
     return {r.run_id: train_spec(e, r, base_paths(e, models, r.student, e.draw_of(r.seed)),
                                  p if r.run_id in probed else None)

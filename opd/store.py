@@ -4,9 +4,11 @@ A run folder is complete when its run.json says `"status": "complete"`; every fi
 into place only once fully written, so a killed job never leaves a file that looks finished. A write
 that finds the disk full raises DiskFull naming the file and its filesystem, and leaves nothing behind.
 
-A complete run's run.json records the size and sha256 of each of its files (`files`); `heal_runs`
-checks them before the DAG is built and moves a damaged run's files aside (results/<exp>/_quarantine/),
-so Snakemake reruns exactly the damaged runs.
+A complete run's run.json records the size and sha256 of each of its files (`files`) and the sha256 of the spec it
+was computed from. `inspect_all` checks them while the DAG is built, reading only; a job's first step (`prepare`, rule
+job_spec) sets a stale run aside under its spec (results/<exp>/_set_aside/, restored by `restore` when that spec is
+asked for again) and moves a damaged one to results/<exp>/_quarantine/, so Snakemake reruns exactly those runs and
+nothing computed is lost. `heal_runs` does the same on request (`python -m opd.cli check-runs`).
 """
 from __future__ import annotations
 
@@ -262,7 +264,7 @@ def atomic_torch_save(obj, path) -> None:
 
 def is_complete(run_dir) -> bool:
     """Whether a run's run.json says complete; False for a missing, unreadable or malformed one (the cache check,
-    heal_runs, names and moves it: this only answers, e.g. for opd.plan, which reads runs before that check)."""
+    inspect names it: this only answers)."""
     p = Path(run_dir) / "run.json"
     try:
         meta = read_json(p) if p.exists() else None
@@ -348,6 +350,8 @@ def record_problems(meta, path: Path, status=("running", "complete"), files=RUN_
         out.append(f"{path}: status {meta.get('status')!r}, expected one of {list(status)}")
     if path.name == "run.json" and meta.get("status") == "complete" and meta.get("run_id") != path.parent.name:
         out.append(f"{path}: run_id {meta.get('run_id')!r}, expected its folder's name {path.parent.name!r}")
+    if path.name == "run.json" and meta.get("backend") == "verl":  # its heldout.parquet is another rule's
+        files = tuple(n for n in files if n != "heldout.parquet")
     if meta.get("status") == "complete" and "files" in meta:
         rec = meta["files"]
         if not isinstance(rec, dict):
@@ -391,7 +395,7 @@ def spec_problems(meta: dict, spec, path: Path) -> list[str]:
 def check_run(run_dir, verified: dict, hash_all: bool = False, spec=None, files=RUN_FILES,
               meta_name: str = "run.json") -> list[str] | None:
     """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
-    run.json, or a well-formed one with `"status": "running"`: a killed or running job, heal_runs reruns it).
+    run.json, or a well-formed one with `"status": "running"`: a killed or running job, which the DAG reruns).
 
     A run.json that is not well-formed (record_problems) is a problem. With `spec` (its job's opd.spec
     TrainSpec), a run computed from another spec is one too (spec_problems). With hashes in run.json: sizes are
@@ -474,7 +478,7 @@ def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
 
 def another_invocation(workdir=".") -> bool:
     """Whether another snakemake runs in this working directory: it holds Snakemake's locks
-    (.snakemake/locks/). Read while the Snakefile is parsed, before this call takes any lock of its own (a dry
+    (.snakemake/locks/). Read before this call takes any lock of its own (a dry
     run takes none); a lock left by a killed snakemake counts too until `snakemake --unlock`. While another one
     runs, `check-runs` moves nothing its jobs read."""
     locks = Path(workdir) / ".snakemake" / "locks"
@@ -539,7 +543,7 @@ def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str
     stale = spec_problems(meta, spec, d / meta_name)
     if stale:
         return Found("stale", tuple(stale), meta.get("spec_sha256"))
-    return Found("current")
+    return Found("current", sha=meta.get("spec_sha256"))
 
 
 def inspect_all(out_dir, run_ids, ledger, specs: dict | None = None, base_specs: dict | None = None,
@@ -644,11 +648,13 @@ def _meta_of(meta_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: dict | None = None
             ) -> tuple[Found, Path | None]:
     """A compute job's first step on its folder `d` (a run, or a student's base models), acting on what inspect
-    finds (every file hashed, and against `verified`, the ledger, for records without hashes): a stale run is set
-    aside under out_dir/_set_aside/ keyed by the spec it was computed from (never deleted: a later config that asks for
-    that spec again gets it back, restore); a damaged one is quarantined (out_dir/_quarantine/<folder>/<UTC time>/,
-    logged in _quarantine/log.json); an incomplete one's outputs written before its record are quarantined (its
-    checkpoint stays, and the job resumes from it). Returns what it found and where it went (None: nowhere)."""
+    finds (every file hashed, and against `verified`, the ledger, for records without hashes). A sound result, stale
+    or current, is set aside under out_dir/_set_aside/ keyed by the spec it was computed from, with everything in its
+    folder (never deleted: its job, or a later config that asks for that spec again, gets it back: restore; a current
+    one is set aside because Snakemake deletes a job's outputs before it runs it); a damaged one is quarantined
+    (out_dir/_quarantine/<folder>/<UTC time>/, logged in _quarantine/log.json); an incomplete one's outputs written
+    before its record are quarantined (its checkpoint stays, and the job resumes from it). Returns what it found and
+    where it went (None: nowhere)."""
     d, out_dir = Path(d), Path(out_dir)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     names, files = _meta_of(meta_name)
@@ -657,13 +663,15 @@ def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: d
     found = inspect(d, verified, spec, hash_all=True, meta_name=meta_name, files=files)
     what = f"{'base models of ' if models else 'run '}{d.name}"
     dest = None
-    if found.state == "stale" and found.sha:
+    if found.state in ("stale", "current") and found.sha:
         dest = set_aside_dir(out_dir, d.name, found.sha, models)
-        if dest.exists():  # the same spec's result kept already: keep both, the later one beside it
-            dest = dest.with_name(f"{found.sha}.{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}")
-        _move(d, dest, (meta_name, *names))
-        log(f"opd: {what} was computed from another spec ({found.sha[:12]}...): set aside in {dest}/ "
-            f"(`python -m opd.cli set-aside` lists it; a config asking for that spec again gets it back)")
+        if dest.exists():  # a copy of the same spec's result kept earlier: this one replaces it
+            shutil.rmtree(dest)
+        _move(d, dest)
+        log(f"opd: {what} " + (f"was computed from another spec ({found.sha[:12]}...): set aside in {dest}/ "
+                               f"(`python -m opd.cli set-aside` lists it; a config asking for that spec again gets "
+                               f"it back)" if found.state == "stale" else
+                               f"is current: set aside in {dest}/ while its job runs, which restores it"))
     elif found.state in ("damaged", "stale"):  # stale without a spec sha (an old record): nothing to key it by
         dest = quarantine(d, out_dir / "_quarantine" / ("_models" if models else ""), (meta_name, *names))
         _log_quarantine(out_dir, d.name, found.problems, dest)
@@ -677,9 +685,10 @@ def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: d
     return found, dest
 
 
-def _move(d: Path, dest: Path, names) -> None:
+def _move(d: Path, dest: Path, names=None) -> None:
+    """Move `names` (default: everything) from folder `d` into the new folder `dest`."""
     dest.mkdir(parents=True, exist_ok=False)
-    for name in names:
+    for name in (os.listdir(d) if names is None else names):
         if (d / name).exists():
             os.replace(d / name, dest / name)
 
@@ -705,8 +714,8 @@ def kept(out_dir, folder: str, spec, meta_name: str = "run.json") -> Path | None
     """A sound copy of `folder` computed from `spec` in the set-aside store (every file hashed), or None."""
     root = set_aside_dir(out_dir, folder, "", meta_name == "base.json")
     sha = spec.sha256()
-    return next((d for d in (sorted(root.glob(f"{sha}*")) if root.is_dir() else ()) if _sound(d, sha, meta_name)),
-                None)
+    d = root / sha
+    return d if d.is_dir() and _sound(d, sha, meta_name) else None
 
 
 def _sound(d: Path, sha: str, meta_name: str) -> bool:
@@ -721,24 +730,28 @@ def _sound(d: Path, sha: str, meta_name: str) -> bool:
             meta_name == "run.json" and meta.get("status") != "complete"):
         return False
     rec = meta.get("files")
+    if meta.get("backend") == "verl":  # its heldout.parquet is another rule's (record_problems)
+        files = tuple(n for n in files if n != "heldout.parquet")
     return isinstance(rec, dict) and all(n in rec for n in files) and all(
         isinstance(v, dict) and (d / n).exists() and (d / n).stat().st_size == v.get("size")
         and sha256_file(d / n) == v.get("sha256") for n, v in rec.items())
 
 
 def restore(d, spec, out_dir, meta_name: str = "run.json", log=None) -> bool:
-    """Move a sound set-aside copy of folder `d` computed from `spec` back into `d` (kept), so the job has nothing
-    to compute; False when the store has none."""
+    """Move a sound set-aside copy of folder `d` computed from `spec` back into `d` (kept), with everything it holds,
+    so the job has nothing to compute; False when the store has none."""
     d = Path(d)
     src = kept(out_dir, d.name, spec, meta_name)
     if src is None:
         return False
     names, _ = _meta_of(meta_name)
     d.mkdir(parents=True, exist_ok=True)
-    for n in (*names, CHECKPOINT, ATTEMPTS):
-        (d / n).unlink(missing_ok=True)
-    for n in names:  # the record last: the folder is complete only once every file is in place
-        if (src / n).exists():
+    for n in (meta_name, *names, CHECKPOINT, ATTEMPTS):  # what a run computed now would leave (Snakemake removes
+        (d / n).unlink(missing_ok=True)                 # the outputs before a job; a killed attempt's remains)
+    for n in sorted(os.listdir(src)):  # the record last: the folder is complete only once every file is in place
+        if n != meta_name:
+            if (d / n).is_dir():
+                shutil.rmtree(d / n)
             os.replace(src / n, d / n)
     os.replace(src / meta_name, d / meta_name)
     for n in (*names, meta_name):  # newer than the spec file written before the job: current by Snakemake's times too
@@ -843,7 +856,7 @@ def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict 
         new = dict(meta)
         if "files" not in meta:
             if any(not (d / n).exists() or (n.endswith(".parquet") and parquet_problem(d / n)) for n in files):
-                continue  # heal_runs moves such a run aside
+                continue  # the check reruns such a run
             new["files"] = file_records(d) if meta_name == "run.json" else {
                 n: {"size": (d / n).stat().st_size, "sha256": sha256_file(d / n)} for n in files}
         if spec is not None and "spec_sha256" not in meta and not spec_problems(meta, spec, d / meta_name):
@@ -855,7 +868,5 @@ def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict 
 
 
 def quarantine_log(out_dir) -> Path:
-    """Every quarantine of the experiment, newest last. Its mtime is that of the last one: the analysis
-    takes it as an input, so a quarantine reruns the analysis, and with it the runs that went missing
-    (Snakemake reruns a missing run only for a job that needs to run)."""
+    """Every quarantine of the experiment (what, why, where it went), newest last."""
     return Path(out_dir) / "_quarantine" / "log.json"

@@ -66,7 +66,7 @@ def train(spec: TrainSpec | Mapping, run_dir, launcher: str = "local", slurm_job
     bar = {"progress": progress.steps_callback(spec.run_id)} if spec.backend == "tiny" else {}
     extra = job(spec, run_dir, **bar) or {}  # what the job measured besides the training (probe_s: its probes)
     # hardware again at the end: as the job ran (the backend sets its thread count)
-    # the size and sha256 of every file: the cache check (store.heal_runs) compares them before each DAG
+    # the size and sha256 of every file: the cache check (store.inspect_all) compares them as each DAG is built
     # wall_s: the training's wall time, over every attempt (a probed run's probes are probe_s, apart)
     wall = time.perf_counter() - t - extra.get("probe_s", 0) + sum(a["wall_s"] for a in attempts[:-1])
     meta.update(status="complete", end=_now(), hardware=provenance.hardware(), wall_s=round(wall, 3),

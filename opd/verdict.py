@@ -471,6 +471,7 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
     specs = dag.train_specs(exp, f"{out_dir(exp)}/_models")
     ref = exp.row(row.reference) if row.reference else exp.baseline
     bad: dict[str, list[str]] = {}
+    read = rec.get("runs", {})
     for s in students:
         for rid in (*run_ids(exp, row, s), *run_ids(exp, ref, s)):
             found = store.inspect(out_dir(exp) / "runs" / rid, {}, specs.get(rid))
@@ -478,10 +479,19 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
                 bad.setdefault("computed from another spec than the config asks for now", []).append(rid)
             elif found.state == "damaged":
                 bad.setdefault("damaged", []).append(rid)
-            elif rid in rec.get("runs", {}) and rec["runs"][rid] != dag.run_record(str(out_dir(exp)), rid):
+            elif found.state == "current" and rid not in read:
+                bad.setdefault("trained after the analysis was made", []).append(rid)
+            elif rid in read and read[rid] != dag.run_record(str(out_dir(exp)), rid):
                 bad.setdefault("changed since the analysis read them", []).append(rid)
     for why, rids in bad.items():
         out.append(f"{len(rids)} run(s) {why} ({', '.join(rids[:3])}{', ...' if len(rids) > 3 else ''})")
+    # the row's admission checks the analysis read, measured again since (one measured after it is read directly)
+    from opd.provenance import sha256_file
+    read = rec.get("measurements") if isinstance(rec.get("measurements"), dict) else {}
+    changed = [p for s in students if (p := str(out_dir(exp) / "admission" / f"{row.name}.{s}.parquet")) in read
+               and (not Path(p).exists() or sha256_file(p) != read[p])]
+    if changed:
+        out.append(f"its admission check(s) {', '.join(changed)} changed since the analysis read them")
     return out
 
 

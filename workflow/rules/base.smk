@@ -4,7 +4,7 @@
 
 rule base_models:
     input:
-        spec=lambda w: spec_file(BASES[w.base], f"{MODELS}/{w.base}"),
+        spec=lambda w: spec_file(BASES[w.base]),
     output:
         student=f"{MODELS}/{{base}}/student.pt",
         teacher=f"{MODELS}/{{base}}/teacher.pt",

@@ -10,6 +10,7 @@ import sys
 from opd import dag
 from opd import outputs as O
 from opd import store
+from opd import verdict as V
 from opd.spec import Experiment, results_dir, run_id
 
 EXPERIMENT = Experiment.of(config)
@@ -75,8 +76,8 @@ store.say_found(FOUND, OUT, SPECS, BASES)
 # ---------------------------------------------------------------- the measurements' rows and students (offline.smk)
 
 def opd_engine_rows():
-    """Rows that describe an engine for OPD (budget rows without staleness): the admission check's candidates."""
-    return [r for r in ROWS.values() if r.in_budget and not r.staleness]
+    """Rows that describe an engine for OPD: the admission check's candidates (opd.verdict.is_admission_candidate)."""
+    return [r for r in ROWS.values() if V.is_admission_candidate(r)]
 
 
 ADMISSION = {f"{OUT}/admission/{r.name}.{s}.parquet": r.name for r in opd_engine_rows() for s in r.students_or(PRIMARY)}
@@ -303,29 +304,28 @@ def base_inputs(student, draw=0):
     return dag.base_paths(EXPERIMENT, MODELS, student, draw)
 
 
-JOB_SPECS = {}  # spec file path -> (opd.spec JobSpec, the folder its job prepares or None, its key in FOUND)
+JOB_SPECS = {}  # spec file path -> (opd.spec JobSpec, the folder its job keeps or None, its key in FOUND or None)
 
 
-def spec_file(spec, folder=None):
+def spec_file(spec):
     """A job's spec (opd.spec: built by opd.dag) as its file under results/<experiment>/_jobs/ (dag.spec_path),
     the job's input. Building the DAG never writes it: rule job_spec (jobs.smk) does, when it is missing or holds
-    another spec, or when the job's folder (`folder`: a run's, or a student's base models') holds something other
-    than a sound result of this spec; so changing a row reruns exactly that row's jobs, also in a fresh clone
+    another spec, or when the job's folder (dag.job_folder: a run's, or a student's base models') holds something
+    other than a sound result of this spec; so changing a row reruns exactly that row's jobs, also in a fresh clone
     without Snakemake's metadata, and a dry run writes nothing."""
     path = dag.spec_path(OUT, spec)
-    key = None if folder is None else dag.found_key(spec, folder)
-    JOB_SPECS[path] = (spec, folder, key)
+    JOB_SPECS[path] = (spec, *(dag.job_folder(OUT, spec) or (None, None)))
     return path
 
 
 def train_inputs(w):
     """A run's training job's inputs: the base models (tiny) and its spec (SPECS: opd.dag.train_specs; a probed
     run's spec holds the probes, opd.dag.probes). The base models count by their spec (it is in the run's:
-    student_spec), not their file times: base models rebuilt after damage (opd.store.heal_runs checks them against
+    student_spec), not their file times: base models rebuilt after damage (opd.store.inspect_all checks them against
     base.json) rerun no run computed from the same spec."""
     run = RUNS[w.run_id]
     base = {k: ancient(v) for k, v in base_inputs(run.student, EXPERIMENT.draw_of(run.seed)).items()}
-    return {**base, "spec": spec_file(SPECS[w.run_id], f"{OUT}/runs/{w.run_id}")}
+    return {**base, "spec": spec_file(SPECS[w.run_id])}
 
 
 def offline_inputs(build, student, *args):

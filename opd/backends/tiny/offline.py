@@ -29,7 +29,7 @@ def base_job(spec: BaseSpec, out: Path) -> None:
     set_threads(spec)
     s = spec.student_spec
     losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.name}")
-    # the models' sizes and sha256 and the spec's: the cache check (store.heal_runs) compares them before each DAG
+    # the models' sizes and sha256 and the spec's: the cache check (store.inspect_all) compares them as each DAG is built
     files = {n: {"size": (Path(out) / n).stat().st_size, "sha256": provenance.sha256_file(Path(out) / n)}
              for n in store.BASE_FILES}
     store.write_json({"student": spec.student, "spec": s.written(), "spec_sha256": spec.sha256(), "files": files,
