@@ -56,6 +56,16 @@ def test_an_edit_then_a_revert_restores_the_run_without_training_and_a_dry_run_m
     assert f"pruned {len(earlier) + 1} folder(s)" in listed and store.set_aside_entries(out) == []
 
 
+def test_a_dry_run_of_an_edit_then_a_revert_reruns_nothing(small_toy_built, tmp_path):
+    """The dry run of the edit leaves its rerun markers newer than the spec files; once the config is reverted they
+    must rerun nothing (a job_spec that ran would have Snakemake delete the current run before its job)."""
+    clone = copy_clone(small_toy_built, tmp_path / "clone")
+    edit_config(clone, set_noise(0.30))
+    assert planned_runs(planned(clone, "analysis")) == {"noise-15.qwen-s.s0"}
+    edit_config(clone, set_noise(0.15))
+    assert planned(clone, "analysis") == []
+
+
 def test_a_profile_dry_run_of_the_paper_writes_nothing(clone):
     before = tree_state(clone)
     r = snakemake(clone, "--profile", "slurm", "-n")

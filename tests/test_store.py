@@ -156,6 +156,16 @@ def test_a_run_json_without_hashes_is_refused_with_another_runs_files_copied_in(
     assert found.state == "damaged" and "holds rows of run(s) b.s.s0, not of a.s.s0" in found.problems[0]
 
 
+def test_a_verl_run_json_need_not_record_its_heldout_file_which_another_rule_writes(tmp_path):
+    d = complete_run(tmp_path / "runs")
+    meta = store.read_json(d / "run.json")
+    meta["files"].pop("heldout.parquet")
+    store.write_json({**meta, "backend": "verl"}, d / "run.json")
+    assert store.inspect(d, {}).state == "current"
+    store.write_json({**meta, "backend": "tiny"}, d / "run.json")  # the tiny backend's training writes both
+    assert store.inspect(d, {}).state == "damaged"
+
+
 class _Spec:
     """A stand-in for an opd.spec JobSpec: what the run store reads of one (its sha256)."""
 
