@@ -221,8 +221,9 @@ def test_edges_frame_lists_every_value_in_order(toy_config):
     assert set(f["verdict"]) <= {"pass", "fail"} and (f["value"] > 0).all()
 
 
-def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_config, tmp_path, monkeypatch):
-    """A run the first plan read as complete and the check then moved aside is not read by the plan returned."""
+def test_the_plan_never_reads_a_run_the_cache_check_finds_stale_or_damaged(toy_config, tmp_path, monkeypatch):
+    """A run the first plan read as complete and the check then finds computed from another spec is read as missing
+    by the plan returned (planned again until no new one turns up); a damaged run is never read at all."""
     e = experiment(toy_config, edges=[EDGE])
     world = World(quadratic(0.07), run_sd=0.01)
     world.train(P.planned(e, world.given()))  # round 1 complete: the bracket's ends and the baseline
@@ -230,19 +231,17 @@ def test_the_plan_is_recomputed_when_the_cache_check_moves_a_run_it_read(toy_con
     monkeypatch.setattr(P.Results, "_read", staticmethod(lambda run_dir: on_disk.get(run_dir.name)))
     checks = []
 
-    def check(planned_experiment):  # heal_runs: the first call finds one run damaged and moves it aside
+    def stale(planned_experiment):  # the check: the first plan's experiment has one run computed from another spec
         checks.append({r.run_id for r in planned_experiment.runs()})
-        if len(checks) > 1:
-            return {}
-        del on_disk["edge-0p2.qwen-s.s0"]
-        return {"edge-0p2.qwen-s.s0": (["damaged"], tmp_path / "_quarantine")}
+        return ["edge-0p2.qwen-s.s0"]
     before = P.planned(e, P.Given(dict(world.results)))
     assert "edge-0p2.qwen-s.s0" not in before.pending and len(before.edges[0].steps) == 3  # it read the run
-    plan = P.checked(e, tmp_path, check)
+    plan = P.checked(e, tmp_path, lambda rid: True, stale)
     assert len(checks) == 2 and plan.pending == ("edge-0p2.qwen-s.s0",) and len(plan.edges[0].steps) == 2
-    # a damaged run that could not be moved (another snakemake is running) is left to the jobs that read it
+    # a damaged run (the check's `sound` says no) is read as missing from the first plan on
     checks.clear()
-    assert P.checked(e, tmp_path, lambda x: {"edge-0p02.qwen-s.s0": (["damaged"], None)}).pending == plan.pending
+    damaged = P.checked(e, tmp_path, lambda rid: rid != "edge-0p2.qwen-s.s0", lambda x: [])
+    assert damaged.pending == plan.pending and len(checks) == 0
 
 
 def test_one_value_is_one_row_on_every_student_that_reaches_it(toy_config):
