@@ -78,9 +78,8 @@ def main(argv=None) -> int:
                         "result set aside, a damaged one quarantined), then its spec file written")
     pj.add_argument("--kind", required=True, choices=sorted(dag_spec_kinds()))
     pj.add_argument("--spec-json", required=True, help="the spec, as JSON text")
-    pj.add_argument("--out", required=True, help="the spec file to write")
+    pj.add_argument("--out", required=True, help="the spec file to write: results/<experiment>/_jobs/<kind>/<name>.json")
     pj.add_argument("--folder", default="-", help="the job's folder (a run's, a student's base models'); - for none")
-    pj.add_argument("--results", required=True, help="results/<experiment>")
     v = sub.add_parser("verdict", help="is this row's engine within budget? Its verdicts, budget and admission "
                        "decision per student, from the analysis files alone (never trains), and what is missing")
     v.add_argument("row", help="a row of the experiment (config.yaml)")
@@ -123,7 +122,7 @@ def main(argv=None) -> int:
     if args.job == "prepare-job":
         from opd import dag
         spec = dag.SPEC_CLASSES[args.kind].from_json(json.loads(args.spec_json), where=args.out)
-        dag.prepare_job(spec, args.out, None if args.folder == "-" else args.folder, args.results)
+        dag.prepare_job(spec, args.out, None if args.folder == "-" else args.folder, str(Path(args.out).parents[2]))
         return 0
     if args.job == "set-aside":
         return set_aside(args.experiment, args.config, args.prune)

@@ -84,9 +84,8 @@ def rerun_marker(experiment: str, kind: str, name: str, reasons: list[str]) -> s
 def analysis_settings(e: Experiment) -> dict:
     """Every setting of the experiment the analysis reads besides its rows and runs (the analysis rule passes each
     as a parameter): what its record's `settings` hash covers."""
-    from opd.plan import rule_of
     return {"tau": e.tau, "taus": list(e.taus), "bootstrap": e.bootstrap.written(), "base_draws": e.base_draws,
-            "one_seed_ratio": rule_of(e).one_seed_ratio, "admission": e.admission.written(),
+            "sequential": e.sequential.written() if e.sequential else None, "admission": e.admission.written(),
             "rl_collapse": e.rl_collapse.written(), "infra": e.infra.written(), "train_lr": e.train.lr,
             "students": {n: s.written() for n, s in e.students.items()}, "backend": e.backend,
             "baseline": e.baseline.name}

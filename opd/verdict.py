@@ -468,6 +468,11 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
         out.append(f"they are at tau {rec.get('tau')}, the config asks for {exp.tau}")
     if rec.get("settings") != dag.settings_record(exp):
         out.append("the experiment's settings the analysis reads (bootstrap, students, admission, ...) changed")
+    rows = store.read_table(verdicts.parent / "rows.parquet") if (verdicts.parent / "rows.parquet").exists() else None
+    analysed = rows[rows["name"] == row.name].to_dict("records") if rows is not None else []
+    changed = changed_fields(Row.of({k: x for k, x in analysed[0].items() if k in _ROW_KEYS}), row) if analysed else []
+    if changed:
+        out.append(f"the row changed since the analysis ({', '.join(changed)})")
     specs = dag.train_specs(exp, f"{out_dir(exp)}/_models")
     ref = exp.row(row.reference) if row.reference else exp.baseline
     bad: dict[str, list[str]] = {}
@@ -499,6 +504,9 @@ def main(row: str, student: str | None, experiment: str | None, config_path) -> 
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment_of(cfg, experiment)
     r = find_row(exp, row)
+    if student is not None and student not in r.students_or(exp.primary):
+        raise C.ConfigError(f"row {row!r} of experiment {exp.name!r} does not run student {student!r}; "
+                            f"it runs {', '.join(r.students_or(exp.primary))}")
     why = stale(exp, r, [student] if student else r.students_or(exp.primary))
     if why:
         print(f"opd verdict {row}: the analysis files are stale for this row, so no verdict is given: "

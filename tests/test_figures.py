@@ -96,7 +96,7 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
                              admission={"alpha": 1.5, "L": 0.41}, primary="m", train_lr=1e-4, infra=INFRA,
                              students=STUDENTS, backend="tiny", rl_collapse={"accuracy_points": 5},
                              one_seed_ratio=1.0,  # no sequential rule: a one-seed row as noisy as the baseline
-                             base_draws=1)
+                             base_draws=1, settings={"tau": 0.2})  # what the record of its inputs hashes
     load("analysis").main(Files(steps=steps, heldout=held, admission=adm), out, params)
     rng = np.random.default_rng(1)
     cases = [(m, layer, part, v * share) for m, layer, v in [("all", -1, 0.01), ("only", 0, 0.009), ("only", 1, 0.001)]

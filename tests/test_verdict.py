@@ -95,9 +95,11 @@ def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
     clone = make_clone(tmp_path / "clone")
     (clone / "config.yaml").write_text(path.read_text())
     assert planned_runs(planned(clone, "-c", "2", targets[0])) == {f"nvfp4-kv-l0.qwen-s.s{i}" for i in range(3)}
-    jobs = planned(clone, "-c", "2", targets[1])
-    assert jobs == [("admission", "row=nvfp4-kv-l0, student=qwen-s")]
-    assert planned(clone, "-c", "2", targets[2]) == [("predictor_stats", "row=nvfp4-kv-l0, student=qwen-s")]
+    jobs = planned(clone, "-c", "2", targets[1])  # with its spec file's writer (rule job_spec)
+    assert sorted(jobs) == [("admission", "row=nvfp4-kv-l0, student=qwen-s"),
+                            ("job_spec", "kind=admission, name=nvfp4-kv-l0.qwen-s")]
+    assert sorted(planned(clone, "-c", "2", targets[2])) == [("job_spec", "kind=predictors, name=nvfp4-kv-l0.qwen-s"),
+                                                             ("predictor_stats", "row=nvfp4-kv-l0, student=qwen-s")]
 
 
 def test_verdict_refuses_unknown_rows_and_students():
@@ -188,15 +190,16 @@ def test_budget_figure_names_the_edge_rows_and_the_highlighted_ones():
     assert len(F.edge_rows(ll, "verdict_seeds", bl.lo, bl.hi)) == 2
 
 
-def test_a_changed_row_is_named_and_its_verdict_called_old(tmp_path):
+def test_a_changed_row_is_named_and_its_old_verdict_not_given(tmp_path):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     next(r for r in cfg["experiments"]["toy"]["rows"] if r["name"] == "fp8w")["weights"] = "fp8_block"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     r = verdict_cli("fp8w", "--student", "qwen-s", "--config", str(path))
-    assert r.returncode == 0, r.stderr
-    assert ("the row changed since the analysis (weights): what follows is the old row's; "
-            "`snakemake -c 2 results/toy/analysis/verdicts.parquet` retrains it") in r.stdout
+    assert r.returncode == 2 and r.stdout == ""  # the old row's verdict is not given as this row's
+    assert "the row changed since the analysis (weights)" in r.stderr
+    assert "3 run(s) computed from another spec than the config asks for now (fp8w.qwen-s.s0" in r.stderr
+    assert "`snakemake -c 2 results/toy/analysis/verdicts.parquet`" in r.stderr
 
 
 def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):

@@ -318,6 +318,17 @@ def spec_file(spec):
     return path
 
 
+def rerun_marker(path):
+    """The rerun marker of the job whose spec file is `path` (opd.dag.rerun_marker): touched now when the spec file
+    holds another spec or the job's folder holds something other than a sound result of it, so that job_spec runs."""
+    if path not in JOB_SPECS:
+        raise ValueError(f"{path}: a job's spec file is written for its job: ask for the job's output instead")
+    spec, folder, key = JOB_SPECS[path]
+    reasons = dag.rerun_reasons(spec, path, FOUND.get(key) if key else None,
+                                UNREADABLE.get(dag.measurement_path(OUT, spec)))
+    return dag.rerun_marker(EXP, spec.KIND, spec.name, reasons)
+
+
 def train_inputs(w):
     """A run's training job's inputs: the base models (tiny) and its spec (SPECS: opd.dag.train_specs; a probed
     run's spec holds the probes, opd.dag.probes). The base models count by their spec (it is in the run's:

