@@ -106,18 +106,10 @@ class Results:
             held = stats.final_heldout(store.read_table(run_dir / "heldout.parquet", store.HELDOUT))
             steps = store.read_table(run_dir / "steps.parquet")
             return held.set_index("prompt_id")["kl"].sort_index(), float(steps["d_n"].mean())
-        # what identifies the content: run.json, which records its files' sha256 (the same in every clone); a file
-        # it does not record (verl's heldout.parquet, another rule's) by its size and mtime too, so that a
-        # re-evaluated run is decided again
-        raw = (run_dir / "run.json").read_bytes()
-        try:
-            recorded = set(json.loads(raw).get("files") or ())
-        except (ValueError, AttributeError):
-            recorded = set()
-        files = [(n, (run_dir / n).stat().st_size, (run_dir / n).stat().st_mtime_ns) for n in store.RUN_FILES
-                 if n not in recorded]
-        sig = hashlib.sha256(raw + repr(files).encode()).hexdigest()
-        return RunResult(sig=sig, load=load)
+        # what identifies the content (opd.dag.run_record, the analysis record's too): the same in every clone, and
+        # new for a re-evaluated verl run
+        from opd.dag import run_record
+        return RunResult(sig=run_record(str(run_dir.parent.parent), run_dir.name), load=load)
 
     def save(self) -> None:
         """Write the memo back if it changed, kept to the decisions this Results' plans used."""

@@ -392,13 +392,13 @@ def spec_problems(meta: dict, spec, path: Path) -> list[str]:
                             f"changed since it ran"]
 
 
-def check_run(run_dir, verified: dict, hash_all: bool = False, spec=None, files=RUN_FILES,
+def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
               meta_name: str = "run.json") -> list[str] | None:
     """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
     run.json, or a well-formed one with `"status": "running"`: a killed or running job, which the DAG reruns).
 
-    A run.json that is not well-formed (record_problems) is a problem. With `spec` (its job's opd.spec
-    TrainSpec), a run computed from another spec is one too (spec_problems). With hashes in run.json: sizes are
+    A run.json that is not well-formed (record_problems) is a problem (whether it was computed from its job's spec
+    now is inspect's question: spec_problems). With hashes in run.json: sizes are
     compared every time, a file is hashed when its size or mtime differs from what `verified` (this checkout's
     record of files already hashed) remembers, or always with hash_all. Without them (a run.json written before
     hashes were recorded): each file must be a readable Parquet file of the contract the first time it is
@@ -421,9 +421,6 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, spec=None, files=
         return problems
     if meta["status"] != "complete":
         return None
-    problems = spec_problems(meta, spec, meta_path)
-    if problems:
-        return problems
     meta_sha = hashlib.sha256(raw).hexdigest()
     recorded = meta.get("files")
     for name in (recorded or {n: None for n in files}):
@@ -467,12 +464,8 @@ def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
     """Move a run's run.json and its files (ALL_RUN_FILES: the train rules' outputs) to
     dest_root/<run_id>/<UTC time>/; anything else in the folder (a checkpoint, Slurm logs) stays."""
     run_dir = Path(run_dir)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    dest = Path(dest_root) / run_dir.name / stamp
-    dest.mkdir(parents=True, exist_ok=False)
-    for name in names:
-        if (run_dir / name).exists():
-            os.replace(run_dir / name, dest / name)
+    dest = Path(dest_root) / run_dir.name / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    _move(run_dir, dest, names)
     return dest
 
 
@@ -534,7 +527,7 @@ def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str
     if not (d / meta_name).exists():
         return Found("incomplete" if d.is_dir() and any((d / n).exists() for n in ALL_RUN_FILES + BASE_FILES)
                      else "missing")
-    problems = check_run(d, verified, hash_all, spec=None, files=files, meta_name=meta_name)
+    problems = check_run(d, verified, hash_all, files=files, meta_name=meta_name)
     if problems is None:
         return Found("incomplete", (f"{d}: incomplete (its job was killed or is running)",))
     if problems:
