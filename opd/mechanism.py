@@ -1,6 +1,6 @@
 """Summaries of the mechanism's gradient probes (the table opd/backends/tiny/probes.py writes: one row per
 probed run, step and probe seed), shared by the mechanism table (workflow/scripts/table_mechanism.py) and the
-findings (workflow/scripts/findings.py): small pure functions of that table, no formatting."""
+findings (opd.findings, opd.scorecard): small pure functions of that table, no formatting."""
 import pandas as pd
 
 LO, HI = 0.15, 0.325  # the paper's two noise levels

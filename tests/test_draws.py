@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from opd import config as C
-from opd import dag, stats
+from opd import dag, findings, stats
 from opd.spec import Experiment
 
 MODELS = "results/toy/_models"
@@ -100,18 +100,8 @@ def test_seed_noise_pairs_seeds_on_one_draw_and_measures_the_draws_apart():
     assert one["sd_single"].iloc[0] > 0.2 and np.isnan(one["sd_draw"].iloc[0])
 
 
-def findings_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parent.parent / "workflow" / "scripts" / "findings.py"
-    spec = importlib.util.spec_from_file_location("findings_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model():
-    f = findings_script()
+    f = findings
     rows = [("s", "a", d, 0.05 * d, "pass") for d in range(3)] + \
            [("s", "b", d, 0.3, "fail" if d else "pass") for d in range(3)] + [("s", "c", 0, 0.5, "fail")]
     draws = pd.DataFrame(rows, columns=["student", "config", "draw", "delta", "verdict_seeds"])
@@ -127,7 +117,7 @@ def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model()
 
 
 def test_a_control_student_nearer_its_teacher_is_found_by_its_spec_alone():
-    f = findings_script()
+    f = findings
     base = {"family": "qwen2", "layers": 2, "student_steps": 300, "teacher_steps": 600, "seed": 0}
     specs = {"s": base, "s-near": {**base, "student_steps": 450}, "other": {**base, "layers": 3}}
     assert f.nearer_pairs(specs) == [("s-near", "s")]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from opd import outputs as O
-from opd import provenance, report, stats, store
+from opd import findings, provenance, report, stats, store
 from opd.rows import Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,7 +261,7 @@ def test_each_frozen_rule_is_scored_only_on_candidates_it_was_not_fitted_on():
 def test_findings_name_the_candidates_the_fitted_rule_still_gets_wrong():
     """findings.py names each candidate the rule fitted on every candidate disagrees with, with its statistic,
     outcome and Delta (a pass above the cut here), and says so when there is none."""
-    mod = load("findings")
+    mod = findings
     t = pd.DataFrame({"student": ["a"] * 6, "config": [f"r{i}" for i in range(6)],
                       "stat": [0.1, 0.2, 0.3, 5.0, 0.9, 1.0], "delta": [0.01, 0.02, 0.03, 0.05, 0.4, 0.5],
                       "outcome": ["pass", "pass", "pass", "pass", "fail", "fail"]})
@@ -404,7 +404,7 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
 def test_kv_shares_only_where_their_se_resolves_them():
     """A layer's effect is split into keys' and values' shares only where both shares' SEs are at most
     KV_SHARE_SE_MAX; otherwise the sentence says the split is not resolved (no '74% ± 251%')."""
-    mod = load("findings")
+    mod = findings
     row = lambda mode, layer, part, d, se, sh=np.nan, sh_se=np.nan: {  # noqa: E731
         "student": "s", "recipe": "fp8_e5m2", "mode": mode, "layer": layer, "part": part, "d_hat": d, "se": se,
         "share": sh, "share_se": sh_se}
@@ -424,7 +424,7 @@ def test_kv_shares_only_where_their_se_resolves_them():
 def test_rl_spread_counts_the_factors_in_seed_sds():
     """The RL thresholds' sentence: the standard engine's seed spread (SD/mean) at the final held-out evaluation
     and each factor in such SDs; entropy said to be unmeasured where the runs lack it."""
-    mod = load("findings")
+    mod = findings
     h = pd.DataFrame([{"config": "bf16", "student": "s", "seed": sd, "step": st, "prompt_id": p,
                        "n_tokens": 10 + sd, "entropy": 0.5 * (1 + 0.1 * sd)}
                       for sd in range(3) for st in (0, 10) for p in range(4)])
@@ -450,7 +450,7 @@ def test_guard_record(analysis):
     assert g["baseline_alarms"] == 0 and g["baseline_runs"] == 4 and g["baseline_max_window_d"] < 0.01
     assert g["delta"] == v.loc["n1-guard", "delta"] and g["unguarded_delta"] == v.loc["n1", "delta"]
     assert g["unguarded_verdict_seeds"] == v.loc["n1", "verdict_seeds"]
-    text = "\n".join(load("findings").guard_sentences(store.read_table(analysis / "guard.parquet")))
+    text = "\n".join(findings.guard_sentences(store.read_table(analysis / "guard.parquet")))
     assert "n1-guard (fallback)" in text and "40% of steps on the cheap engine, 2 activations per run" in text
     assert "against n1's" in text and "ran at 1.20x the fallback's tokens/s" in text and "fire 0 times" in text
 
@@ -505,7 +505,7 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
 def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):
     """The TIS hypothesis line: an engine whose step-0 error is mostly T is predicted to pass under TIS, and the line
     counts the prediction against the TIS row's seed-aware verdict; where S dominates it predicts nothing."""
-    mod = load("findings")
+    mod = findings
     v = store.read_table(analysis / "verdicts.parquet")
     rows = report.rows_frame(analysis / "rows.parquet")
     tis = v.set_index("config").loc["n3-tis", "verdict_seeds"]
