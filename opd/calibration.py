@@ -346,8 +346,7 @@ def replay(heldout: pd.DataFrame, rule: SequentialRule, *, baseline: str,
             if s >= top or not straddles(iv.ci_lo, iv.ci_hi, rule.tau):
                 break
             s += 1
-        verdict = "fail" if stats.fails(*iv, rule.tau) else "pass"
-        verdict_full = "fail" if stats.fails(*full, rule.tau) else "pass"
+        verdict, verdict_full = stats.verdict_of(*iv, rule.tau), stats.verdict_of(*full, rule.tau)
         out.append({**row, "seeds_run": ",".join(map(str, seeds[:s])), "n_runs": s, "n_runs_full": len(seeds),
                     "delta": iv.delta, "ci_lo": iv.ci_lo, "ci_hi": iv.ci_hi, "verdict": verdict,
                     "verdict_full": verdict_full, "agree": verdict == verdict_full})

@@ -223,7 +223,7 @@ def _decide(row, rule, start, candidates, done, ref_runs, ref_seeds) -> RowState
             return RowState(tuple(candidates[:n + 1]), False)
         n += 1
     # a held-out KL that is not finite (a diverged run) fails: no interval can clear it
-    verdict = "fail" if diverged or bool(stats.fails(*iv, rule.tau)) else "pass"
+    verdict = "fail" if diverged else stats.verdict_of(*iv, rule.tau)
     return RowState(tuple(candidates[:n]), True, float(iv.delta), float(iv.ci_lo), float(iv.ci_hi), verdict,
                     float(np.mean([r.D for r in done[:n]])))
 

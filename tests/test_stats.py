@@ -47,6 +47,12 @@ def test_paired_bootstrap_rejects_misaligned_inputs():
 ])
 def test_fail_rule_edges(delta, lo, hi, expected):
     assert bool(stats.fails(delta, lo, hi, 0.20)) is expected
+    assert stats.verdict_of(delta, lo, hi, 0.20) == ("fail" if expected else "pass")  # a str for one comparison
+
+
+def test_the_verdict_of_several_comparisons_is_one_per_comparison():
+    v = stats.verdict_of(np.array([0.30, 0.20, 0.19]), np.array([-0.01, 0.05, 0.10]), np.array([0.60, 0.35, 0.28]), 0.20)
+    assert v.tolist() == ["pass", "fail", "pass"]
 
 
 def verdict_frame(D, delta, lo, hi):

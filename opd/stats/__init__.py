@@ -22,8 +22,9 @@ from opd.stats.seeds import (
     draw_variance, pool_draw_variance, seed_bootstrap,
 )
 from opd.stats.rule import (
-    fails, final_heldout, run_mismatch, Comparison, shared_draws, compare, final_pairs, pooled_draw_variances,
-    verdicts, draw_verdicts, RULE_COLUMNS, RULE_NAMES, Z95, regeneration_agreement, rule_fails,
+    fails, verdict_of, final_heldout, run_mismatch, Comparison, shared_draws, compare, final_pairs,
+    pooled_draw_variances, verdicts, draw_verdicts, RULE_COLUMNS, RULE_NAMES, Z95, regeneration_agreement,
+    rule_fails,
 )
 from opd.stats.budget import (
     Budget, budget_interval, is_consistent, budget_table, budget_edge, edge_point, near_edge, edge_counts,

@@ -17,6 +17,13 @@ def fails(delta, ci_lo, ci_hi, tau: float):
     return (delta >= tau) & ((ci_lo > 0) | (ci_hi < 0))
 
 
+def verdict_of(delta, ci_lo, ci_hi, tau: float):
+    """The verdict the pre-registered rule (fails) gives: "fail" or "pass"; a str for one comparison, an array
+    for several. The one home of the pass/fail decision."""
+    v = np.where(fails(delta, ci_lo, ci_hi, tau), "fail", "pass")
+    return str(v) if v.ndim == 0 else v
+
+
 def final_heldout(heldout: pd.DataFrame) -> pd.DataFrame:
     """Each run's rows at its last evaluation step."""
     last = heldout.groupby("run_id")["step"].transform("max")
@@ -131,10 +138,10 @@ def verdicts(heldout: pd.DataFrame, steps: pd.DataFrame, baseline: str, *, tau: 
         c = c._replace(ci_lo_seeds=0.0, ci_hi_seeds=0.0) if config == ref else c
         out.append({"student": student, "config": config, "reference": ref, **c._asdict(), "accuracy_change": acc})
     res = pd.DataFrame(out).merge(run_mismatch(steps)[["student", "config", "D"]], on=["student", "config"], how="left")
-    res["verdict"] = np.where(fails(res["delta"], res["ci_lo"], res["ci_hi"], tau), "fail", "pass")
+    res["verdict"] = verdict_of(res["delta"], res["ci_lo"], res["ci_hi"], tau)
     seeds_known = res["ci_lo_seeds"].notna()
-    res["verdict_seeds"] = np.where(seeds_known, np.where(
-        fails(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), "fail", "pass"), None)
+    res["verdict_seeds"] = np.where(seeds_known, verdict_of(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau),
+                                    None)
     cols = ["student", "config", "reference", "D", "delta", "ci_lo", "ci_hi", "accuracy_change", "verdict", "n_runs",
             "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "n_runs_reference", "n_draws"]
     return res[cols].sort_values(["student", "D"], ignore_index=True)
@@ -160,9 +167,9 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
     cols = ["student", "config", "reference", "draw", "delta", "ci_lo", "ci_hi", "ci_lo_seeds", "ci_hi_seeds",
             "verdict", "verdict_seeds", "n_runs", "n_runs_reference"]
     res = pd.DataFrame(out, columns=[c for c in cols if not c.startswith("verdict")])
-    res["verdict"] = np.where(fails(res["delta"], res["ci_lo"], res["ci_hi"], tau), "fail", "pass")
-    res["verdict_seeds"] = np.where(res["ci_lo_seeds"].notna(), np.where(
-        fails(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), "fail", "pass"), None)
+    res["verdict"] = verdict_of(res["delta"], res["ci_lo"], res["ci_hi"], tau)
+    res["verdict_seeds"] = np.where(res["ci_lo_seeds"].notna(),
+                                    verdict_of(res["delta"], res["ci_lo_seeds"], res["ci_hi_seeds"], tau), None)
     return res[cols].sort_values(["student", "config", "draw"], ignore_index=True)
 
 
