@@ -424,7 +424,7 @@ def frozen_rules_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
         for student, names in f["fitted_on"].items():
             for name in names:
                 r = rows.get(name)
-                if r is not None and not (r.in_budget and not r.baseline and not r.staleness):
+                if r is not None and not r.is_admission_candidate:
                     errors.append(f"{where}.fitted_on.{student}': row {name!r} is not an admission candidate of "
                                   f"{student!r} (an engine row other than the baseline, without staleness)")
     return errors

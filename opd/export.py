@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from opd import config as C
+from opd import outputs as O
 from opd import progress, store
 from opd.spec import results_dir
 
@@ -56,7 +57,7 @@ def select(cfg: dict, experiment: str | None = None, run: str | None = None, row
     done = [r for r in out if store.is_complete(r.folder)]
     if not done:
         raise C.ConfigError(f"none of the {len(out)} selected runs of {exp!r} is complete (no results yet): "
-                            f"`snakemake -c 2 {results_dir(exp)}/analysis/verdicts.parquet` trains them")
+                            f"`snakemake -c 2 {O.analysis_path(results_dir(exp), 'verdicts')}` trains them")
     return done
 
 

@@ -49,7 +49,7 @@ def engine_rows(m: Matrix) -> bool:
 
 def admission_rows(m: Matrix) -> bool:
     """Engines the offline admission check can estimate (no staleness: it has no training to be stale)."""
-    return m.has(lambda r: r.in_budget and not r.baseline and not r.staleness)
+    return m.has(lambda r: r.is_admission_candidate)
 
 
 def predictor_rows(m: Matrix) -> bool:
@@ -84,6 +84,25 @@ OTHER_ANALYSIS_FILES: tuple[str, ...] = (
 def analysis_file(name: str) -> str:
     """An analysis file's name in results/<experiment>/analysis/: `<name>.parquet`, or the name itself for JSON."""
     return name if name.endswith(".json") else f"{name}.parquet"
+
+
+# The paths of the files the rules write and `verdict` reads, in an experiment's results folder `out`
+# (results/<experiment>): the one home of their layout.
+def analysis_path(out: str, name: str) -> str:
+    """An analysis file (ANALYSIS_TABLES, OTHER_ANALYSIS_FILES) in `out`: `<out>/analysis/<name>.parquet`."""
+    return f"{out}/analysis/{analysis_file(name)}"
+
+
+def admission_path(out: str, row: str, student: str) -> str:
+    """One row's admission check on one student, in an experiment's results folder `out` (rule admission writes it,
+    `verdict` reads it)."""
+    return f"{out}/admission/{row}.{student}.parquet"
+
+
+def predictor_path(out: str, row: str, student: str) -> str:
+    """One row's offline statistics at the step-0 student, in `out` (rule predictor_stats writes it, `verdict` reads
+    it)."""
+    return f"{out}/predictors/{row}.{student}.parquet"
 
 
 def analysis_key(name: str) -> str:

@@ -166,6 +166,17 @@ class Row:
         return "variant" if self.variant != "none" else "budget"
 
     @property
+    def admission_checked(self) -> bool:
+        """The offline admission check measures this row's engine: a budget row without staleness (the check has no
+        training to be stale), the baseline included (its D_hat is measured, but it is not a decision)."""
+        return self.in_budget and not self.staleness
+
+    @property
+    def is_admission_candidate(self) -> bool:
+        """An engine the admission check decides on: a row it measures other than the baseline."""
+        return self.admission_checked and not self.baseline
+
+    @property
     def engine_key(self) -> tuple:
         """What the rollout engine is (numerics and staleness), whatever the algorithm or variant."""
         return tuple(getattr(self, k) for k in ENGINE_FIELDS)

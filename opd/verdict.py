@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from opd import config as C
+from opd import outputs as O
 from opd import stats, store
 from opd.rows import Row
 from opd.spec import Experiment, FrozenRule, results_dir, run_id
@@ -33,17 +34,17 @@ def state_path(experiment: str) -> Path:
 
 def analysis_target(experiment: str) -> str:
     """The smallest target that gives every row a verdict: it trains what is missing, then the analysis."""
-    return f"{results_dir(experiment)}/analysis/verdicts.parquet"
+    return O.analysis_path(results_dir(experiment), "verdicts")
 
 
 def admission_target(experiment: str, row: str, student: str) -> str:
     """The admission check of one row on one student: no training, seconds on the tiny backend."""
-    return f"{results_dir(experiment)}/admission/{row}.{student}.parquet"
+    return O.admission_path(results_dir(experiment), row, student)
 
 
 def predictor_target(experiment: str, row: str, student: str) -> str:
     """One row's offline statistics at the step-0 student (tiny backend): no training, seconds."""
-    return f"{results_dir(experiment)}/predictors/{row}.{student}.parquet"
+    return O.predictor_path(results_dir(experiment), row, student)
 
 
 def command(target: str) -> str:
@@ -241,21 +242,15 @@ def not_in_budget(row: Row) -> str | None:
     return f"{REFERENCE_ROW}: measured against {row.reference!r}, not the baseline"
 
 
-def is_admission_candidate(row: Row) -> bool:
-    """The rows the admission check runs on (workflow/rules/common.smk's opd_engine_rows): budget rows without
-    staleness."""
-    return row.in_budget and not row.staleness
-
-
 class Analysis:
     """The analysis files of one experiment, each read once (absent files read as None)."""
 
     def __init__(self, exp: Experiment):
-        self.exp, self.folder, self._t, self._index = exp, out_dir(exp) / "analysis", {}, {}
+        self.exp, self._t, self._index = exp, {}, {}
 
     def table(self, name: str) -> pd.DataFrame | None:
         if name not in self._t:
-            p = self.folder / f"{name}.parquet"
+            p = Path(O.analysis_path(results_dir(self.exp.name), name))
             self._t[name] = store.read_table(p) if p.exists() else None
         return self._t[name]
 
@@ -319,7 +314,7 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
             rules.append(RuleVerdict(rule, float(v[lo]), float(v[hi]), v[verdict] if isinstance(v[verdict], str) else None,
                                      place))
     adm = None
-    if is_admission_candidate(row):
+    if row.admission_checked:
         rec = a.one("admission", student=student, config=row.name)
         if rec is not None:
             adm = AdmissionDecision(float(rec["d_hat"]), float(rec["se"]), int(rec["n_prompts"]), float(rec["alpha"]),
@@ -332,9 +327,9 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
             else:
                 missing.append(f"admission check not run: `{command(admission_target(exp.name, row.name, student))}` "
                                f"(no training)")
-    fitted = fitted_decision(a, row, student) if is_admission_candidate(row) else None
-    frozen = frozen_decisions(a, row, student) if is_admission_candidate(row) else ()
-    if fitted is None and not frozen and is_admission_candidate(row) \
+    fitted = fitted_decision(a, row, student) if row.admission_checked else None
+    frozen = frozen_decisions(a, row, student) if row.admission_checked else ()
+    if fitted is None and not frozen and row.admission_checked \
             and (a.table("predictors") is not None or exp.frozen_rules) \
             and not Path(predictor_target(exp.name, row.name, student)).exists():
         missing.append(f"step-0 statistics not measured (the fitted rule's input): "
@@ -440,7 +435,7 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
     if sv.admission is not None:
         src = "" if sv.admission.source == "analysis" else f" (from {sv.admission.source}; not in the analysis yet)"
         lines.append(f"  admission: {sv.admission.text()}{src}")
-    elif is_admission_candidate(find_row(exp, sv.row)) is False and sv.rl is None:
+    elif find_row(exp, sv.row).admission_checked is False and sv.rl is None:
         lines.append("  admission: not checked for this row (the check runs on budget rows without staleness)")
     if sv.fitted is not None:
         src = "" if sv.fitted.source == "analysis" else f" (from {sv.fitted.source}; not in the analysis yet)"
@@ -457,7 +452,7 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
     or other settings (opd.dag.analysis_inputs), a run of the row or of its reference that they read has changed
     since, or such a run was computed from another spec than the config asks for now (its retraining is due)."""
     from opd import dag
-    verdicts = out_dir(exp) / "analysis" / "verdicts.parquet"
+    verdicts = Path(O.analysis_path(results_dir(exp.name), "verdicts"))
     if not verdicts.exists():
         return []  # nothing analysed yet: student_verdict says what is missing
     rec = store.read_inputs(verdicts)
@@ -468,7 +463,8 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
         out.append(f"they are at tau {rec.get('tau')}, the config asks for {exp.tau}")
     if rec.get("settings") != dag.settings_record(exp):
         out.append("the experiment's settings the analysis reads (bootstrap, students, admission, ...) changed")
-    rows = store.read_table(verdicts.parent / "rows.parquet") if (verdicts.parent / "rows.parquet").exists() else None
+    rows_file = Path(O.analysis_path(results_dir(exp.name), "rows"))
+    rows = store.read_table(rows_file) if rows_file.exists() else None
     analysed = rows[rows["name"] == row.name].to_dict("records") if rows is not None else []
     changed = changed_fields(Row.of({k: x for k, x in analysed[0].items() if k in _ROW_KEYS}), row) if analysed else []
     if changed:
@@ -493,7 +489,7 @@ def stale(exp: Experiment, row: Row, students) -> list[str]:
     # the row's admission checks the analysis read, measured again since (one measured after it is read directly)
     from opd.provenance import sha256_file
     read = rec.get("measurements") if isinstance(rec.get("measurements"), dict) else {}
-    changed = [p for s in students if (p := str(out_dir(exp) / "admission" / f"{row.name}.{s}.parquet")) in read
+    changed = [p for s in students if (p := O.admission_path(results_dir(exp.name), row.name, s)) in read
                and (not Path(p).exists() or sha256_file(p) != read[p])]
     if changed:
         out.append(f"its admission check(s) {', '.join(changed)} changed since the analysis read them")

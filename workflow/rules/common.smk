@@ -10,7 +10,6 @@ import sys
 from opd import dag
 from opd import outputs as O
 from opd import store
-from opd import verdict as V
 from opd.spec import Experiment, results_dir, run_id
 
 EXPERIMENT = Experiment.of(config)
@@ -76,14 +75,14 @@ store.say_found(FOUND, OUT, SPECS, BASES)
 # ---------------------------------------------------------------- the measurements' rows and students (offline.smk)
 
 def opd_engine_rows():
-    """Rows that describe an engine for OPD: the admission check's candidates (opd.verdict.is_admission_candidate)."""
-    return [r for r in ROWS.values() if V.is_admission_candidate(r)]
+    """Rows that describe an engine for OPD: those the admission check measures (opd.rows.Row.admission_checked)."""
+    return [r for r in ROWS.values() if r.admission_checked]
 
 
-ADMISSION = {f"{OUT}/admission/{r.name}.{s}.parquet": r.name for r in opd_engine_rows() for s in r.students_or(PRIMARY)}
+ADMISSION = {O.admission_path(OUT, r.name, s): r.name for r in opd_engine_rows() for s in r.students_or(PRIMARY)}
 # the same candidates' offline statistics at the step-0 student (opd.dag.predictor_spec; tiny backend: exact sums
 # over its vocabulary), which the predictors rule judges as predictors of training's outcome
-PREDICTOR_FILES = {f"{OUT}/predictors/{r.name}.{s}.parquet": r.name for r in opd_engine_rows()
+PREDICTOR_FILES = {O.predictor_path(OUT, r.name, s): r.name for r in opd_engine_rows()
                    for s in r.students_or(PRIMARY)} if BACKEND == "tiny" else {}
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
@@ -113,7 +112,7 @@ UNPROBED_RUN_ID = (f"(?!(?:{'|'.join(re.escape(r) for r in PROBE_RUNS)})/)" if P
 # ---------------------------------------------------------------- the analysis stage's files (analysis.smk)
 
 # by the names opd.outputs uses (ANALYSIS_TABLES: the analysis script's; OTHER_ANALYSIS_FILES: other rules')
-ANALYSIS_FILES = {name: f"{ANALYSIS}/{O.analysis_file(name)}" for name in (*O.ANALYSIS_TABLES, *O.OTHER_ANALYSIS_FILES)}
+ANALYSIS_FILES = {name: O.analysis_path(OUT, name) for name in (*O.ANALYSIS_TABLES, *O.OTHER_ANALYSIS_FILES)}
 if BACKEND != "tiny":  # verl: read from the staleness runs themselves (rule throughput_from_runs)
     ANALYSIS_FILES["async_throughput"] = f"{ANALYSIS}/async_throughput_runs.parquet"
 # what each of the other rules' analysis files is made from, where that is a measurement (a compute job's output)

@@ -6,7 +6,7 @@ rule admission:
     input:
         unpack(lambda w: offline_inputs(lambda e, s, base: dag.admission_spec(e, ROWS[w.row], s, base), w.student)),
     output:
-        f"{OUT}/admission/{{row}}.{{student}}.parquet",
+        O.admission_path(OUT, "{row}", "{student}"),
     log:
         job_log("admission", "{row}.{student}"),
     shell:
@@ -18,7 +18,7 @@ rule predictor_stats:
     input:
         unpack(lambda w: offline_inputs(lambda e, s, base: dag.predictor_spec(e, ROWS[w.row], s, base), w.student)),
     output:
-        f"{OUT}/predictors/{{row}}.{{student}}.parquet",
+        O.predictor_path(OUT, "{row}", "{student}"),
     log:
         job_log("predictors", "{row}.{student}"),
     shell:

@@ -120,7 +120,7 @@ def gpu_hours(e: Experiment, times: dict | None = None) -> dict:
             "kv_case_h", s, e, times)
         out["KV attribution"] += attempts(work, kv_limit, start, scaled("kv_case_h", s, e, times) / 2)[0]
     for r in e.rows:
-        if r.in_budget and not r.staleness:
+        if r.admission_checked:
             out["admission"] += sum(scaled("admission_h", s, e, times) for s in r.students_or(e.primary))
     return out
 
