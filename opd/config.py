@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from opd import backends
 from opd.rows import Row
 from opd.spec import Experiment, Run, Sequential, Settings, Student, draw_of
 
@@ -374,19 +375,10 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
         if e.get("backend") == "verl" and "data" not in e.get("verl", {}):
             errors.append(f"experiment {exp!r}, field 'verl.data': the verl backend needs it (the training and "
                           f"held-out prompts)")
-        if e.get("backend") == "verl":  # what verl 0.9.1 can run (opd.backends.verl.plan; no torch, no verl needed)
-            from opd.backends.verl import plan
-            for msg in plan.experiment_errors(e, cfg.get("slurm")):
-                field, why = msg.split(": ", 1)
-                errors.append(f"experiment {exp!r}, field {field!r}: {why}")
-            if e.get("verl", {}).get("extra_overrides") or "logger" in e.get("verl", {}):
-                from opd.backends.verl.overrides import extra_override_errors
-                errors += [f"experiment {exp!r}, field {m.split(': ', 1)[0]!r}: {m.split(': ', 1)[1]}"
-                           for m in extra_override_errors(cfg, exp)]
-            for i, r in enumerate(e["rows"]):
-                for msg in plan.errors(r, e):
-                    field, why = msg.split(": ", 1)
-                    errors.append(f"{row_label(exp, i, r['name'], lines)}, field {field!r}: verl backend: {why}")
+        for i, field, why in backends.config_errors(cfg, exp):  # the backend's own (opd.backends.CONFIG_CHECKS)
+            errors.append(f"experiment {exp!r}, field {field!r}: {why}" if i is None else
+                          f"{row_label(exp, i, e['rows'][i]['name'], lines)}, field {field!r}: {e['backend']} backend: "
+                          f"{why}")
         if matrix and len(baselines) == 1:
             errors += adaptive_errors(exp, e, matrix, lines)
         errors += frozen_rules_errors(exp, e, matrix)

@@ -46,7 +46,7 @@ def test_every_rule_file_is_in_the_stages_table_and_every_rule_named_is_defined(
 def test_the_names_it_cites_from_modules_exist():
     cited = {("opd.outputs", "ANALYSIS_TABLES"), ("opd.outputs", "OUTPUTS"), ("opd.recipes", "RECIPES"),
              ("opd.rows", "FIELD_TYPES"), ("opd.rows", "PLACEMENT_FIELDS"), ("opd.rows", "Row"),
-             ("opd.dag", "log_path"), ("opd.spec", "Run"), ("opd.spec", "Experiment")}
+             ("opd.dag", "log_path"), ("opd.backends", "CONFIG_CHECKS"), ("opd.spec", "Run"), ("opd.spec", "Experiment")}
     for module, name in cited:
         assert name in TEXT
         assert hasattr(importlib.import_module(module), name), f"{module}.{name}"

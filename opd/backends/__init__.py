@@ -27,6 +27,24 @@ JOBS: dict[tuple[str, str], str] = {
 }
 
 
+# Each backend's checks of an experiment that names it, beyond the schema (what it cannot run), which
+# opd.config.validate reports: a function (cfg, experiment) -> [(row index or None, field, why)], imported on first
+# use (validation imports no torch). A backend without checks is absent.
+CONFIG_CHECKS: dict[str, str] = {
+    "verl": "opd.backends.verl.checks:config_errors",
+}
+
+
+def config_errors(cfg: dict, experiment: str) -> list[tuple[int | None, str, str]]:
+    """The checks of experiment `experiment`'s backend (CONFIG_CHECKS): (row index, or None for the experiment's own
+    settings; field; why)."""
+    target = CONFIG_CHECKS.get(cfg["experiments"][experiment].get("backend"))
+    if target is None:
+        return []
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)(cfg, experiment)
+
+
 def job(kind: str, backend: str) -> Callable:
     """The function computing job `kind` on `backend` (imported on first use: torch, verl and vLLM load
     only in the jobs that need them)."""
