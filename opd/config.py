@@ -8,7 +8,6 @@ one seed (opd.spec.Run, its id opd.spec.run_id). Validation imports no torch (a 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import sys
 from collections.abc import Mapping
@@ -18,22 +17,18 @@ import jsonschema
 import yaml
 
 from opd import backends
+from opd.errors import ConfigError
 from opd.rows import Row
-from opd.spec import Experiment, Run, Sequential, Settings, Student, draw_of
+from opd.spec import Experiment, Run, Sequential, Settings, Student, draw_of, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
-class ConfigError(ValueError):
-    pass
-
-
 # Bounds on what a config may hold, checked before anything else reads it: the values of the whole config once
 # YAML's aliases are expanded (config.yaml holds about 1,000; an alias bomb of a few KB expands to millions),
-# and the bytes of one job's spec file (the largest is about 1 KB).
+# and the bytes of one job's spec file (opd.spec.MAX_SPEC_BYTES).
 MAX_CONFIG_VALUES = 20_000
-MAX_SPEC_BYTES = 64 * 1024
 
 
 def load(path=ROOT / "config.yaml", overrides: dict | None = None) -> dict:
@@ -551,15 +546,6 @@ def runs(cfg: dict, experiment: str | None = None) -> list[Run]:
 def rows(cfg: dict, experiment: str | None = None) -> list[Row]:
     """An experiment's rows, each built once."""
     return [Row.of(r) for r in cfg["experiments"][experiment or cfg["experiment"]]["rows"]]
-
-
-def spec_text(spec: dict, path="a job's spec") -> str:
-    """A job's spec as its file holds it (canonical JSON); a spec past MAX_SPEC_BYTES is refused, naming `path`."""
-    text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
-    if len(text.encode()) > MAX_SPEC_BYTES:
-        raise ConfigError(f"{path}: the job's spec would be {len(text.encode()):,} bytes, more than the "
-                          f"{MAX_SPEC_BYTES:,} a spec may hold (the largest of config.yaml's is about 1 KB)")
-    return text
 
 
 def write_if_changed(path, spec: dict) -> str:

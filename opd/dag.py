@@ -13,7 +13,8 @@ from typing import Callable
 
 from opd.rows import Row
 from opd.spec import (AdmissionSpec, BaseSpec, Experiment, HeldoutSpec, JobSpec, KVAttributionSpec, MemoryBoundSpec,
-                      PredictorSpec, Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, base_name, run_id)
+                      PredictorSpec, Probes, Run, Settings, ThroughputSpec, TrainSpec, Verl, base_name, run_id,
+                      spec_text)
 
 
 def spec_path(out: str, spec: JobSpec) -> str:
@@ -45,11 +46,10 @@ def rerun_reasons(spec: JobSpec, path: str, found=None, damaged: str | None = No
     holds another spec, or its folder holds a result that is not a sound one of this spec (`found`, an
     opd.store.Found: stale, damaged, incomplete), or its output is not readable (`damaged`: why). [] when none of
     these; a missing spec file or missing outputs Snakemake sees itself."""
-    from opd import config as C
     reasons = []
     if os.path.exists(path):
         with open(path) as f:
-            if f.read() != C.spec_text(spec.to_json(), path):
+            if f.read() != spec_text(spec.to_json(), path):
                 reasons.append("spec changed")
     if found is not None and found.state in ("stale", "damaged", "incomplete"):
         reasons.append(f"{found.state}: " + "; ".join(found.problems))
@@ -162,12 +162,11 @@ def prepare_job(spec: JobSpec, path: str, folder: str | None, out: str) -> None:
     (always: newer than the job's outputs and its rerun marker, so the job runs and the marker has done its work).
     What it did is printed (the rule's log)."""
     from pathlib import Path
-    from opd import config as C
     from opd import store
     if folder is not None:
         store.prepare(folder, spec, out, "base.json" if spec.KIND == "base" else "run.json",
                       log=lambda msg: print(msg, flush=True))
-    text = C.spec_text(spec.to_json(), path)
+    text = spec_text(spec.to_json(), path)
     store.atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))
     print(f"{path}: written")
 

@@ -23,11 +23,24 @@ import json
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 
+from opd.errors import ConfigError
 from opd.rows import Guard, Row
 
 
 class SpecError(ValueError):
     pass
+
+
+MAX_SPEC_BYTES = 64 * 1024  # the bytes one job's spec file may hold (the largest of config.yaml's is about 1 KB)
+
+
+def spec_text(spec: dict, path="a job's spec") -> str:
+    """A job's spec as its file holds it (canonical JSON); a spec past MAX_SPEC_BYTES is refused, naming `path`."""
+    text = json.dumps(spec, sort_keys=True, indent=1) + "\n"
+    if len(text.encode()) > MAX_SPEC_BYTES:
+        raise ConfigError(f"{path}: the job's spec would be {len(text.encode()):,} bytes, more than the "
+                          f"{MAX_SPEC_BYTES:,} a spec may hold (the largest of config.yaml's is about 1 KB)")
+    return text
 
 
 def dumps(obj) -> str:

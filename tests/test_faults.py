@@ -19,6 +19,7 @@ import yaml
 from conftest import TRAIN_RULES, edit_config, jobs_in, small_toy, snakemake
 from opd import config as C
 from opd import store
+from opd.spec import MAX_SPEC_BYTES
 
 TIMING = ["step_s", "rollout_s", "teacher_s", "train_s", "weight_sync_s", "wait_s"]
 # analysis columns computed from those times (the rest of each file is compared)
@@ -235,7 +236,7 @@ def test_an_alias_bomb_and_free_form_keys_are_refused_before_anything_expands_th
 
 def test_a_job_spec_past_the_size_limit_is_refused_naming_its_file(tmp_path):
     with pytest.raises(C.ConfigError, match=r"x.json: the job's spec would be [\d,]+ bytes, more than the 65,536"):
-        C.write_if_changed(tmp_path / "x.json", {"k": "v" * C.MAX_SPEC_BYTES})
+        C.write_if_changed(tmp_path / "x.json", {"k": "v" * MAX_SPEC_BYTES})
     assert not list(tmp_path.iterdir())
 
 

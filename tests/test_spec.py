@@ -1,13 +1,11 @@
 """The typed job specs (opd.spec, built by opd.dag): every spec file keeps its exact bytes, a spec survives its
-file (and submitit's pickle) unchanged, a default is never written into a spec, config validation and the
-DAG's parse import no torch, and the package has no two-module import loop."""
-import ast
+file (and submitit's pickle) unchanged, a default is never written into a spec, and config validation and the
+DAG's parse import no torch (opd's imports run one way: tests/test_architecture.py)."""
 import dataclasses
 import json
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -258,30 +256,6 @@ def test_a_fresh_clones_dry_run_needs_no_torch_writes_nothing_and_every_spec_is_
     heldout = {p for p in written if "/_jobs/heldout/" in p}  # verl's evaluation jobs (tests/test_verl_eval.py)
     assert set(written) - heldout == set(legacy) and heldout
     assert all(written[p] == file_text(legacy[p]) for p in legacy)
-
-
-def _imports(path: Path, module: str, package: str) -> set[str]:
-    out = set()
-    for n in ast.walk(ast.parse(path.read_text())):
-        if isinstance(n, ast.ImportFrom):
-            base = package.split(".")[:len(package.split(".")) - (n.level - 1)] if n.level else []
-            name = ".".join(base + ([n.module] if n.module else [])) if n.level else n.module
-            out |= {name} | {f"{name}.{a.name}" for a in n.names}
-        elif isinstance(n, ast.Import):
-            out |= {a.name for a in n.names}
-    return {m for m in out if m.startswith("opd")} - {module}
-
-
-def test_no_two_modules_import_each_other():
-    """Imports run one way (a package's __init__ and its own modules aside), also those inside functions."""
-    mods = {}
-    for p in (ROOT / "opd").rglob("*.py"):
-        name = ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        mods[name] = p
-    deps = {m: _imports(p, m, m if p.name == "__init__.py" else m.rsplit(".", 1)[0]) & set(mods) for m, p in mods.items()}
-    loops = sorted((a, b) for a in deps for b in deps[a] if a < b and a in deps[b]
-                   and not (b.startswith(a + ".") or a.startswith(b + ".")))
-    assert loops == []
 
 
 def test_probes_read_their_settings_with_defaults_in_one_home():

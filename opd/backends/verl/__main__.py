@@ -15,11 +15,31 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from opd import config as C
 from opd.spec import TrainSpec, results_dir
 
 from . import data
 from .overrides import entry_point, run_overrides
+
+
+def heldout_run(spec: TrainSpec, run_dir: Path) -> pd.DataFrame:
+    """A finished run's whole held-out evaluation in this process, step by step as the DAG's jobs compute it
+    (parts under `<run_dir>/heldout/`), into the run folder's heldout.parquet: what `python -m
+    opd.backends.verl heldout` runs by hand. (Here, above opd.dag, which builds the steps' specs and imports
+    this package: evaluate itself imports no opd.dag.)"""
+    from opd.dag import heldout_spec
+
+    from .evaluate import gather_heldout, heldout_step_job
+
+    run_dir = Path(run_dir)
+    parts = []
+    for step in spec.settings.eval_steps():
+        parts.append(run_dir / "heldout" / f"step_{step}.parquet")
+        heldout_step_job(heldout_spec(spec, step, str(run_dir)), parts[-1])
+    return gather_heldout(parts, run_dir / "heldout.parquet", run_id=spec.run_id, config=spec.row.name,
+                          student=spec.student, seed=spec.seed)
 
 
 def main(argv=None) -> int:
@@ -67,9 +87,8 @@ def main(argv=None) -> int:
             print(f"still missing: {m}", file=sys.stderr)
         return 1 if missing else 0
     if a.cmd == "heldout":
-        from . import evaluate
         # run.json records the training's files only (the held-out file is the evaluation jobs'), so no hash changes
-        evaluate.heldout_run(TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec)), a.run_dir)
+        heldout_run(TrainSpec.from_json(json.loads(a.spec.read_text()), where=str(a.spec)), a.run_dir)
         return 0
     if a.cmd == "gather-heldout":
         from . import evaluate

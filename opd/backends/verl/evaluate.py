@@ -28,7 +28,7 @@ import pandas as pd
 from opd import stats, store
 from opd.quant import kv_attribution_cases
 from opd.rows import Row
-from opd.spec import HeldoutSpec, KVAttributionSpec, TrainSpec
+from opd.spec import HeldoutSpec, KVAttributionSpec
 
 from .site import model_path
 
@@ -227,21 +227,6 @@ def gather_heldout(parts, out: Path, *, run_id: str, config: str, student: str, 
           .assign(run_id=run_id, config=config, student=student, seed=seed).reset_index(drop=True))
     store.write_table(df, out, store.HELDOUT)
     return df
-
-
-def heldout_run(spec: TrainSpec, run_dir: Path) -> pd.DataFrame:
-    """A finished run's whole held-out evaluation in this process, step by step as the DAG's jobs compute it
-    (parts under `<run_dir>/heldout/`), into the run folder's heldout.parquet: what `python -m
-    opd.backends.verl heldout` runs by hand."""
-    from opd.dag import heldout_spec
-
-    run_dir = Path(run_dir)
-    parts = []
-    for step in spec.settings.eval_steps():
-        parts.append(run_dir / "heldout" / f"step_{step}.parquet")
-        heldout_step_job(heldout_spec(spec, step, str(run_dir)), parts[-1])
-    return gather_heldout(parts, run_dir / "heldout.parquet", run_id=spec.run_id, config=spec.row.name,
-                          student=spec.student, seed=spec.seed)
 
 
 # ---------------------------------------------------------------- KV-cache attribution
