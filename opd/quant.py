@@ -8,10 +8,11 @@ numbers on a laptop and on a GPU cluster. Which function each recipe name means 
 from __future__ import annotations
 
 import hashlib
+from typing import Callable
 
 import torch
 
-from opd.recipes import RECIPES, recipe, resolve_layers  # noqa: F401  (torch-free: opd/recipes.py)
+from opd.recipes import RECIPES, Recipe, recipe, resolve_layers  # noqa: F401  (torch-free: opd/recipes.py)
 
 FP8_FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -95,8 +96,14 @@ def fp8_per_token_group(x: torch.Tensor, group: int = 128) -> torch.Tensor:
     return q.to(x.dtype)
 
 
+def recipe_function(r: Recipe) -> Callable | None:
+    """The function of this module that a recipe names (opd.recipes.Recipe.function), or None for a recipe that
+    changes nothing. (Read here, so that the torch-free registry imports no opd.quant.)"""
+    return globals()[r.function] if r.function else None
+
+
 def quantize_weight(w: torch.Tensor, name: str) -> torch.Tensor:
-    fn = recipe("weights", name).apply
+    fn = recipe_function(recipe("weights", name))
     return fn(w) if fn else w
 
 

@@ -5,19 +5,17 @@ numbers themselves (quantise, then dequantise) are opd.quant's functions, which 
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)
 class Recipe:
     """One engine numerics recipe a row can name. `function` names the opd.quant function that maps a tensor
-    to the values the engine computes with (`apply` returns it; weights; activations, the input of every linear
+    to the values the engine computes with (opd.quant.recipe_function returns it; weights; activations, the input of every linear
     layer of the quantized layers, where a `calibrated` recipe takes the amax calibrated once as a second
     argument); `fmt` is the FP8 format a KV cache stores; `vllm` holds the vLLM engine arguments that run the
     recipe natively on the verl backend (empty: verl's weight-sync hook, opd.backends.verl.hook, applies
-    `apply` to the synced weights instead, which it can for weights only). The tiny engine runs every recipe."""
+    that function to the synced weights instead, which it can for weights only). The tiny engine runs every recipe."""
     name: str
     kind: str  # a row field: "weights", "activations" or "kv_cache"
     about: str
@@ -25,11 +23,6 @@ class Recipe:
     fmt: str | None = None
     vllm: dict = field(default_factory=dict)
     calibrated: bool = False
-
-    @property
-    def apply(self) -> Callable | None:
-        """opd.quant's function for this recipe (imports torch), or None for a recipe that changes nothing."""
-        return getattr(importlib.import_module("opd.quant"), self.function) if self.function else None
 
 
 RECIPES: dict[str, dict[str, Recipe]] = {"weights": {}, "activations": {}, "kv_cache": {}}

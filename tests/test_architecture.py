@@ -58,8 +58,9 @@ def test_the_names_it_cites_from_modules_exist():
 
 def imports_of(path, package: str) -> set[str]:
     """The dotted names a module imports (`from a.b import c` names a.b and a.b.c; relative imports resolved against
-    `package`), at module level and inside functions alike, with every package above each (importing a.b.c runs
-    a/__init__.py and a/b/__init__.py)."""
+    `package`; importlib.import_module of a literal name), at module level and inside functions alike, with every
+    package above each (importing a.b.c runs a/__init__.py and a/b/__init__.py). A registry's entries
+    (opd.backends.JOBS, CONFIG_CHECKS: modules named in data, imported by name on use) are not imports."""
     named = set()
     for n in ast.walk(ast.parse(path.read_text())):
         if isinstance(n, ast.ImportFrom):
@@ -68,6 +69,9 @@ def imports_of(path, package: str) -> set[str]:
             named |= {base} | {f"{base}.{a.name}" for a in n.names}
         elif isinstance(n, ast.Import):
             named |= {a.name for a in n.names}
+        elif (isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "import_module"
+              and n.args and isinstance(n.args[0], ast.Constant)):  # importlib.import_module("opd.quant")
+            named.add(n.args[0].value)
     return named | {".".join(m.split(".")[:k]) for m in named for k in range(1, m.count("."))}
 
 
@@ -118,8 +122,9 @@ def test_the_loop_finder_finds_loops_of_any_length_and_only_loops():
 
 
 def test_the_import_graph_sees_imports_inside_functions_relative_ones_and_packages(tmp_path):
-    (tmp_path / "m.py").write_text("def f():\n    from .sub import g\n    from opd.a.b import c\n")
-    assert imports_of(tmp_path / "m.py", "opd.x") >= {"opd.x.sub", "opd.x.sub.g", "opd.a.b", "opd.a", "opd"}
+    (tmp_path / "m.py").write_text("def f():\n    from .sub import g\n    from opd.a.b import c\n"
+                                   "    return importlib.import_module('opd.q')\n")
+    assert imports_of(tmp_path / "m.py", "opd.x") >= {"opd.x.sub", "opd.x.sub.g", "opd.a.b", "opd.a", "opd", "opd.q"}
     graph = import_graph()
     assert "opd.backends.verl.plan" in graph["opd.dag"] and "opd.backends.verl" in graph["opd.dag"]
     assert "opd.stats.bootstrap" in graph["opd.stats.seeds"]

@@ -89,7 +89,7 @@ def test_the_schema_names_exactly_the_registered_recipes():
     rows = yaml.safe_load(C.SCHEMA.read_text())["$defs"]["row"]["properties"]
     for kind in ("weights", "activations", "kv_cache"):
         assert set(rows[kind]["enum"]) == set(quant.RECIPES[kind]), kind
-    assert all(r.apply is not None for n, r in quant.RECIPES["weights"].items() if n != "none")
+    assert all(quant.recipe_function(r) is not None for n, r in quant.RECIPES["weights"].items() if n != "none")
     assert all(r.fmt in quant.FP8_FORMATS for n, r in quant.RECIPES["kv_cache"].items() if n != "none")
     with pytest.raises(ValueError, match="unknown weights recipe 'int3'"):
         quant.quantize_weight(torch.ones(2, 2), "int3")

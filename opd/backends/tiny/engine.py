@@ -10,7 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opd.quant import FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, resolve_layers
+from opd.quant import (FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, recipe_function,
+                       resolve_layers)
 from opd.recipes import recipe
 from opd.rows import Row
 
@@ -65,7 +66,7 @@ class ActivationQuant:
 
     def __init__(self, model: Decoder, numerics: "Numerics", calibration: Callable[[], torch.Tensor] | None):
         self.recipe = recipe("activations", numerics.activations)
-        self.apply = self.recipe.apply  # opd.quant's function, looked up once
+        self.apply = recipe_function(self.recipe)  # opd.quant's function, looked up once
         keep = resolve_layers(numerics.bf16_layers, model.cfg.n_layers)
         self.amax: dict[str, torch.Tensor] = {}
         self.calibration, self.calibrating = calibration, False
