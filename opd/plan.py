@@ -37,6 +37,14 @@ def memo_path(experiment: str) -> str:
     return f".snakemake/opd/plan-{experiment}.json"
 
 
+def decisions_path(out: str | Path) -> Path:
+    """The committed record of an adaptive plan's decisions (rule plan_decisions writes it from the runs; keyed on
+    the runs' content like the memo): a fresh clone's first plan reads its decisions back instead of recomputing
+    them (each is 10,000 bootstrap resamples)."""
+    from opd.outputs import analysis_file
+    return Path(out) / "analysis" / analysis_file("plan_decisions.json")
+
+
 # the row family (opd.rows.Row.family) of an edge's field: the grid an edge is compared with is the experiment's own
 # rows of that family (and the baseline); the schema's `field` enum lists the same fields
 FIELD_FAMILY = {"noise_sigma": "noise"}
@@ -74,20 +82,24 @@ class Results:
     there when its run.json says complete (opd.store.is_complete) and `usable(run_id)` says so (checked_plan: the
     cache check finds it sound and current; a damaged or stale run is read as missing, never read). With `memo` (a
     JSON file), a row's decision on runs whose content is unchanged is read back instead of recomputed (each
-    interval is 10,000 resamples; the DAG plans on every `snakemake` call)."""
+    interval is 10,000 resamples; the DAG plans on every `snakemake` call). `decided`: a committed record of
+    decisions (decisions_path), read only; its entries are keyed on content as the memo's are, so a decision is read
+    back from it only for the same runs under the same rule."""
 
-    def __init__(self, out: str | Path, memo: str | Path | None = None, usable=None):
+    def __init__(self, out: str | Path, memo: str | Path | None = None, usable=None,
+                 decided: str | Path | None = None):
         self.out = Path(out)
         self._cache: dict[str, RunResult | None] = {}
         self.usable = usable or (lambda rid: True)
         self.memo_path = Path(memo) if memo else None
         self.memo: dict = {}
-        if self.memo_path:
-            try:
-                from opd import store
-                self.memo = store.read_json(self.memo_path)
-            except (OSError, ValueError):
-                self.memo = {}
+        for path in (decided, self.memo_path):  # this checkout's own memo over the committed record
+            if path:
+                try:
+                    from opd import store
+                    self.memo.update(store.read_json(path))
+                except (OSError, ValueError):
+                    pass
         self._memo_before = dict(self.memo)
         self.used: set[str] = set()
 
@@ -435,7 +447,8 @@ def checked(e: Experiment, out: str | Path, sound, stale) -> Plan:
     a new one turns up (each time one at least, so it ends)."""
     bad: set[str] = set()
     while True:
-        plan = planned(e, Results(out, memo_path(e.name), usable=lambda rid: rid not in bad and sound(rid)))
+        plan = planned(e, Results(out, memo_path(e.name), usable=lambda rid: rid not in bad and sound(rid),
+                                  decided=decisions_path(out)))
         new = set(stale(plan.experiment)) - bad
         if not new:
             return plan
