@@ -62,6 +62,7 @@ rule all:
     input:
         FINAL,  # common.smk: every figure and table this experiment builds, the findings, the config used
         lambda w: upstream(OUTPUTS),  # and what they are built from, so that a missing one is made again
+        PLAN_FILES,  # an adaptive plan's decisions, read back by a fresh clone's DAG (opd.plan.decisions_path)
 
 
 # The same outputs from the results that exist: never trains or measures (common.smk's scope(); on Slurm a

@@ -78,6 +78,7 @@ OTHER_ANALYSIS_FILES: tuple[str, ...] = (
     "edges",  # rule edges (analysis.smk)
     "probes", "probes_prefix",  # rule probes (mechanism.smk)
     "predictor_stats", "predictors",  # rule predictors (analysis.smk)
+    "plan_decisions.json",  # rule plan_decisions (analysis.smk): an adaptive plan's decisions, the DAG's memo
 )
 
 

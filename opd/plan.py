@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
@@ -35,6 +35,14 @@ from opd.spec import Edge, Experiment, results_dir, run_id
 def memo_path(experiment: str) -> str:
     """Where this checkout keeps an experiment's decided rows (Results' memo): not a result, never a job input."""
     return f".snakemake/opd/plan-{experiment}.json"
+
+
+def decisions_path(out: str | Path) -> Path:
+    """The committed record of an adaptive plan's decisions (rule plan_decisions writes it from the runs; keyed on
+    the runs' content like the memo): a fresh clone's first plan reads its decisions back instead of recomputing
+    them (each is 10,000 bootstrap resamples)."""
+    from opd.outputs import analysis_file
+    return Path(out) / "analysis" / analysis_file("plan_decisions.json")
 
 
 # the row family (opd.rows.Row.family) of an edge's field: the grid an edge is compared with is the experiment's own
@@ -74,20 +82,24 @@ class Results:
     there when its run.json says complete (opd.store.is_complete) and `usable(run_id)` says so (checked_plan: the
     cache check finds it sound and current; a damaged or stale run is read as missing, never read). With `memo` (a
     JSON file), a row's decision on runs whose content is unchanged is read back instead of recomputed (each
-    interval is 10,000 resamples; the DAG plans on every `snakemake` call)."""
+    interval is 10,000 resamples; the DAG plans on every `snakemake` call). `decided`: a committed record of
+    decisions (decisions_path), read only; its entries are keyed on content as the memo's are, so a decision is read
+    back from it only for the same runs under the same rule."""
 
-    def __init__(self, out: str | Path, memo: str | Path | None = None, usable=None):
+    def __init__(self, out: str | Path, memo: str | Path | None = None, usable=None,
+                 decided: str | Path | None = None):
         self.out = Path(out)
         self._cache: dict[str, RunResult | None] = {}
         self.usable = usable or (lambda rid: True)
         self.memo_path = Path(memo) if memo else None
         self.memo: dict = {}
-        if self.memo_path:
-            try:
-                from opd import store
-                self.memo = store.read_json(self.memo_path)
-            except (OSError, ValueError):
-                self.memo = {}
+        for path in (decided, self.memo_path):  # this checkout's own memo over the committed record
+            if path:
+                try:
+                    from opd import store
+                    self.memo.update(store.read_json(path))
+                except (OSError, ValueError):
+                    pass
         self._memo_before = dict(self.memo)
         self.used: set[str] = set()
 
@@ -328,6 +340,7 @@ class Plan:
     rows: dict
     edges: tuple[EdgeState, ...]
     pending: tuple[str, ...]
+    decisions: dict = field(default_factory=dict, compare=False)  # the decisions it was made from, keyed as the memo
 
     @property
     def adaptive(self) -> bool:
@@ -415,7 +428,7 @@ def planned(e: Experiment, results: Results) -> Plan:
     out = replace(e, rows=e.rows + new_rows, planned=chosen)
     pending = tuple(r.run_id for r in out.runs() if results.get(r.run_id) is None)
     results.save()
-    return Plan(out, states, edges, pending)
+    return Plan(out, states, edges, pending, {k: v for k, v in results.memo.items() if k in results.used})
 
 
 def next_round(e: Experiment, out: str | Path) -> list[str]:
@@ -428,24 +441,28 @@ def next_round(e: Experiment, out: str | Path) -> list[str]:
                           f"shows them), or `python -m opd.cli calibrate -- -c 2` for every round to the end"]
 
 
-def checked(e: Experiment, out: str | Path, sound, stale) -> Plan:
+def checked(e: Experiment, out: str | Path, sound, stale, memo: bool = True) -> Plan:
     """The Plan from current runs only, reading only: `sound(run_id)` says whether a run's files match its record
     (opd.store.inspect; a damaged run is never read), `stale(experiment)` names the planned experiment's runs that
     were computed from another spec than it asks for now. Those are read as missing, and the plan made again while
-    a new one turns up (each time one at least, so it ends)."""
+    a new one turns up (each time one at least, so it ends). `memo`: read decisions back from the committed record
+    (decisions_path) and this checkout's memo (memo_path), and keep the memo; else compute every one."""
     bad: set[str] = set()
     while True:
-        plan = planned(e, Results(out, memo_path(e.name), usable=lambda rid: rid not in bad and sound(rid)))
+        plan = planned(e, Results(out, memo_path(e.name) if memo else None,
+                                  usable=lambda rid: rid not in bad and sound(rid),
+                                  decided=decisions_path(out) if memo else None))
         new = set(stale(plan.experiment)) - bad
         if not new:
             return plan
         bad |= new
 
 
-def checked_plan(e: Experiment, out: str) -> Plan:
+def checked_plan(e: Experiment, out: str, memo: bool = True) -> Plan:
     """The DAG's plan (workflow/rules/common.smk), `opd.cli calibrate`'s and every reader's: `checked` with the cache
     check of opd.store.inspect (this checkout's ledger of hashed files, opd.store.ledger_path:
-    a file is hashed again only when its size or mtime changed). Moves and writes nothing under results/."""
+    a file is hashed again only when its size or mtime changed). Moves and writes nothing under results/. `memo`:
+    as `checked` (rule plan_decisions computes every decision afresh, for the record it writes)."""
     from opd import dag, store
     ledger = store.ledger_path(e.name)
     verified = store.read_ledger(ledger)
@@ -458,7 +475,7 @@ def checked_plan(e: Experiment, out: str) -> Plan:
     def stale(x):
         return [r for r, spec in dag.train_specs(x, f"{out}/_models").items()
                 if store.inspect(runs / r, verified, spec).state == "stale"]
-    plan = checked(e, out, sound, stale)
+    plan = checked(e, out, sound, stale, memo)
     store.write_ledger(ledger, verified, before)
     return plan
 

@@ -52,14 +52,16 @@ def test_rounded_touches_floats_only():
 
 
 VERDICTS = """
-import sys, pandas as pd, yaml
+import glob, sys, pandas as pd, yaml
 from opd import stats
 from opd.spec import Experiment
 from opd.rows import Row
 cfg = yaml.safe_load(open("config.yaml")); e = cfg["experiments"]["toy"]; b = e["bootstrap"]
 R = [Row.of(r) for r in e["rows"]]
 opd = [r.name for r in R if r.algorithm == "opd"]
-held = pd.read_parquet("results/toy/analysis/heldout.parquet"); st = pd.read_parquet("results/toy/analysis/steps.parquet")
+runs = sorted(glob.glob("results/toy/runs/*/steps.parquet"))  # every committed run, as the analysis concatenates them
+st = pd.concat([pd.read_parquet(p) for p in runs], ignore_index=True)
+held = pd.concat([pd.read_parquet(p.replace("steps.parquet", "heldout.parquet")) for p in runs], ignore_index=True)
 v = stats.verdicts(held[held.config.isin(opd)], st[st.config.isin(opd)], Experiment.of(cfg, "toy").baseline.name, tau=e["tau"],
                    n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references={r.name: r.reference for r in R if r.reference})
 v.to_parquet(sys.argv[1])

@@ -394,3 +394,22 @@ def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tm
     fig = SimpleNamespace(pdf=str(tmp_path / "e.pdf"), png=str(tmp_path / "e.png"))
     script("figure_edges").main([str(out)], fig, SimpleNamespace(primary="qwen-s"))
     assert (tmp_path / "e.png").stat().st_size > 10_000 and report.input_hashes([str(out)])
+
+
+
+def test_a_fresh_clone_reads_the_committed_decisions_back_and_decides_nothing_again(toy_config, monkeypatch,
+                                                                                    tmp_path):
+    """The committed record of the toy plan's decisions (rule plan_decisions) covers the plan of the committed runs:
+    with it and no memo of its own (a fresh clone), a checkout plans the toy without computing one decision, so its
+    first dry run costs what its second does; and it is the plan computed afresh, whose decisions it records."""
+    out = Path(__file__).resolve().parent.parent / "results/toy"
+    e = Experiment.of(toy_config)
+    monkeypatch.chdir(tmp_path)  # this checkout's memo (.snakemake/opd) starts empty and stays out of the tree
+    fresh = P.checked(e, out, lambda rid: True, lambda x: [], memo=False)
+    decide = P._decide
+    monkeypatch.setattr(P, "_decide", lambda *a: pytest.fail("a decision was computed again"))
+    read_back = P.checked(e, out, lambda rid: True, lambda x: [])
+    assert read_back.pending == fresh.pending == () and read_back.summary() == fresh.summary()
+    assert read_back.decisions.keys() == fresh.decisions.keys()
+    assert store.read_json(P.decisions_path(out)).keys() == fresh.decisions.keys()  # the record holds no other
+    monkeypatch.setattr(P, "_decide", decide)

@@ -52,6 +52,24 @@ rule edges:
         "../scripts/edges.py"
 
 
+# An adaptive plan's decisions, keyed on the runs' content (opd.plan.decisions_path): committed, so that a fresh
+# clone's DAG reads them back rather than recomputing each; in the DAG only where the experiment is adaptive.
+rule plan_decisions:
+    input:
+        steps=rules.analysis.input.steps,
+        heldout=rules.analysis.input.heldout,
+    output:
+        ANALYSIS_FILES["plan_decisions.json"],
+    params:
+        name=EXP,
+        experiment=config["experiments"][EXP],  # as configured: the script replays the plan (opd.plan.planned)
+        out=OUT,
+    log:
+        f"logs/{EXP}/plan_decisions.log",
+    script:
+        "../scripts/plan_decisions.py"
+
+
 # The mismatch guard's record (opd/guard.py): guarded rows against the same engine unguarded and the standard
 # engine; in the DAG only where an output needs it (opd.outputs.guarded_rows).
 rule guard_analysis:
