@@ -588,7 +588,7 @@ def _verdicts(deltas, half):
     lo, hi = np.expm1(np.log1p(d) - half), np.expm1(np.log1p(d) + half)
     t = pd.DataFrame({"student": "s", "config": [f"r{i}" for i in range(len(d))], "reference": "ref", "delta": d,
                       "ci_lo_seeds": lo, "ci_hi_seeds": hi})
-    t["verdict_seeds"] = np.where(stats.fails(d, lo, hi, 0.2), "fail", "pass")
+    t["verdict_seeds"] = stats.verdict_of(d, lo, hi, 0.2)
     ref = pd.DataFrame({"student": ["s"], "config": ["ref"], "reference": ["ref"], "delta": [0.0],
                         "ci_lo_seeds": [0.0], "ci_hi_seeds": [0.0], "verdict_seeds": ["pass"]})
     return pd.concat([ref, t], ignore_index=True)
