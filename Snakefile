@@ -59,6 +59,11 @@ onsuccess:
     summary.at_end(workflow, log, config, EXPERIMENT, VERDICTS_BEFORE, FINDINGS["md"], PLAN is not None)
 
 
+onerror:
+    if QUIET:
+        summary.failed(log)
+
+
 rule all:
     default_target: True
     input:

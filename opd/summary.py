@@ -13,7 +13,8 @@ from pathlib import Path
 from opd.progress import duration
 
 MAX_LINES = 10
-SHOWN = 3  # the verdict changes and the decisions shown one a line; the rest are counted
+SHOWN = 3  # the verdict changes shown one a line; the rest are counted
+DECISIONS_SHOWN = 2  # the decisions shown one a line (the last ones made); the rest are counted
 TRAINING = {"train", "train_probed"}  # the rules that train a run (workflow/rules/train.smk, mechanism.smk)
 DECIDING = {"admission": "admission", "predictor_stats": "predictors"}  # rule -> the kind of decision it makes
 LISTED = 6  # the kinds of job named in the first line; the rest are counted
@@ -46,15 +47,16 @@ def lines(first: str, changes: list[str], plan: str | None, findings: str | None
           more: int = 0) -> list[str]:
     """The summary, at most MAX_LINES lines: `first` (ran), the verdict changes (opd.verdict.changes; SHOWN of them),
     the plan's headline (opd.plan.Plan.headline; None without an adaptive design), where the findings are (None where
-    none were made), then the measurements' decisions last: SHOWN of them, `more` others counted before them."""
+    none were made), then the measurements' decisions last: DECISIONS_SHOWN of them, `more` others counted before
+    them."""
     out = [first, *(_some(changes, "verdicts: {n} more row(s) new or changed (`python -m opd.cli verdict ROW`)")
                     if changes else ["verdicts: none new or changed"])]
     out += [plan] if plan else []
     out += [f"findings: {findings}"] if findings else []
-    more += max(0, len(decisions) - SHOWN)
+    more += max(0, len(decisions) - DECISIONS_SHOWN)
     if more:
         out.append(f"decisions: {more} more made before these (`python -m opd.cli verdict ROW`)")
-    out += decisions[-SHOWN:]
+    out += decisions[-DECISIONS_SHOWN:]
     assert len(out) <= MAX_LINES, out
     return out
 
@@ -72,9 +74,17 @@ def at_end(workflow, log, cfg: dict, experiment, before: dict, findings: str, ad
     changes = V.announce(cfg, experiment.name, before)
     plan = P.next_round(Experiment.of(cfg, experiment.name), results_dir(experiment.name)) if adaptive else None
     made = [(DECIDING[rule], w["row"], w["student"]) for rule, w in jobs if rule in DECIDING]
-    decisions = [V.measured_decision(experiment, *m) for m in made[-SHOWN:]]  # (the others are counted)
+    decisions = [V.measured_decision(experiment, *m) for m in made[-DECISIONS_SHOWN:]]  # (the others are counted)
     where = f"{findings} (every figure and table in {Path(findings).parent}/)" if Path(findings).exists() else None
     out = lines(first, changes, plan, where, decisions, len(made) - len(decisions))
     for line in out:
         print(line, file=stream or sys.stderr, flush=True)
     return out
+
+
+def failed(log, stream=None) -> str:
+    """What a failed run says last (the Snakefile's `onerror:`): Snakemake's log, which has every job and the failed
+    one's error (its terminal shows the errors, not the jobs)."""
+    line = f"failed: every job in Snakemake's log {next(iter(log or []), '(none)')}"
+    print(line, file=stream or sys.stderr, flush=True)
+    return line
