@@ -609,10 +609,13 @@ def measured_decision(exp: Experiment, kind: str, row: str, student: str) -> str
                                exp.bootstrap.seed, f)
         return decision_line(kind, row, student, d.text())
     a, r = Analysis(exp), exp.row(row)
-    said = [(f"fitted rule {'admit' if fitted.admit else 'reject'}", fitted.rule.statistic, fitted.value,
-             fitted.rule.cut) for fitted in [fitted_decision(a, r, student)] if fitted is not None]
-    said += [(f"frozen rule {f.rule.name} {'admit' if f.admit else 'reject'}", f.rule.statistic, f.value,
-              stats.Threshold.of(f.rule).cut) for f in frozen_decisions(a, r, student)]
-    text = "; ".join(f"{head} ({stats.PREDICTORS.get(s, s)} = {_g(v)}, admitted iff {cut})" for head, s, v, cut in said)
+    said = []  # (which rule, its statistic, the candidate's value, the rule's cut, admit)
+    fitted = fitted_decision(a, r, student)
+    if fitted is not None:
+        said.append(("fitted rule", fitted.rule.statistic, fitted.value, fitted.rule.cut, fitted.admit))
+    for f in frozen_decisions(a, r, student):
+        said.append((f"frozen rule {f.rule.name}", f.rule.statistic, f.value, stats.Threshold.of(f.rule).cut, f.admit))
+    text = "; ".join(f"{rule} {'admit' if admit else 'reject'} ({stats.PREDICTORS.get(s, s)} = {_g(v)}, admitted iff "
+                     f"{cut})" for rule, s, v, cut, admit in said)
     return decision_line(kind, row, student, (text or "no fitted or frozen rule decides yet")
                          + f" (`python -m opd.cli verdict {row}` explains)")
