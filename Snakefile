@@ -18,6 +18,9 @@ report: "workflow/report/workflow.rst"
 # end says how many instead, and REPORT_UNRECORDED lists them (opd.smk).
 from opd import smk
 
+# Quiet by default: a real run's terminal shows what the jobs say and a summary at the end (opd.summary), Snakemake's
+# per-job lines go to its log only; a dry run lists its jobs; `--verbose` shows everything (opd.smk.quiet_terminal).
+QUIET = smk.quiet_terminal(workflow)
 REPORT_UNRECORDED = ".snakemake/opd/report-unrecorded.txt"
 smk.unrecorded_files(REPORT_UNRECORDED)
 
@@ -43,18 +46,22 @@ include: "workflow/rules/findings.smk"
 include: "workflow/rules/mechanism.smk"
 
 
-# At the end of a run, one line per row whose verdict is new or changed (opd.verdict; `python -m opd.cli
-# verdict ROW` explains one), against the verdicts this checkout saw before the run.
+# At the end of a run, a summary of at most 10 lines (opd.summary): what ran, each row whose verdict is new or changed
+# against the verdicts this checkout saw before the run (opd.verdict), the plan, the findings, and the decisions of
+# the admission checks and step-0 statistics it made, last.
+from opd import summary
 from opd import verdict as V
 
 VERDICTS_BEFORE = V.before(config, EXP)
 
 
 onsuccess:
-    V.announce(config, EXP, VERDICTS_BEFORE)
-    if PLAN is not None:  # an adaptive design (opd.plan): where it stands now, and whether a round is left
-        for line in P.next_round(Experiment.of(config), OUT):
-            print(line, file=sys.stderr, flush=True)
+    summary.at_end(workflow, log, config, EXPERIMENT, VERDICTS_BEFORE, FINDINGS["md"], PLAN is not None)
+
+
+onerror:
+    if QUIET:
+        summary.failed(log)
 
 
 rule all:

@@ -336,7 +336,7 @@ def admission_summary(spec: AdmissionSpec, out: Path) -> None:
         return
     d = verdict.admission_estimate(store.read_table(out), line["alpha"], line["L"], line["resamples"], line["seed"],
                                    str(out))
-    print(f"admission {spec.row.name}.{spec.student}: {d.text()}", file=sys.stderr, flush=True)
+    print(verdict.decision_line("admission", spec.row.name, spec.student, d.text()), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

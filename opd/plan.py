@@ -373,10 +373,16 @@ class Plan:
                      else "no verdict yet")
             out.append(f"plan: edge {x.edge!r} on {x.student}: {len(x.steps)} values ({tried}); {where}; "
                        + (f"stopped ({x.stopped})" if x.stopped else "open"))
-        if self.adaptive:
-            out.append(f"plan: {len(self.pending)} run(s) to train this round" + (
-                "; open: " + ", ".join(self.open) if self.open else "; every decision is made"))
-        return out
+        return out + ([self.headline()] if self.adaptive else [])
+
+    def headline(self) -> str:
+        """The plan in one line: the runs it has without a result (what `snakemake -c 2` trains next), and the
+        decisions still open. Said of the experiment, not of the call that prints it (a call with a target trains
+        only what its target needs)."""
+        todo = (f"{len(self.pending)} run(s) to train next: `snakemake -c 2` trains them (`snakemake -n` lists them; "
+                f"`python -m opd.cli calibrate -- -c 2` runs every round to the end)" if self.pending
+                else "no run left to train")
+        return f"plan: {todo}; " + ("open: " + ", ".join(self.open) if self.open else "every decision is made")
 
 
 def near_edge(e: Experiment, states: dict, edges) -> set[tuple[str, str]]:
@@ -431,14 +437,10 @@ def planned(e: Experiment, results: Results) -> Plan:
     return Plan(out, states, edges, pending, {k: v for k, v in results.memo.items() if k in results.used})
 
 
-def next_round(e: Experiment, out: str | Path) -> list[str]:
-    """What a `snakemake` call says when it ends (`e` the experiment as configured, unplanned): the plan the
-    results now give, and if it has runs to train, how to train them."""
-    p = checked_plan(e, str(out))
-    if not p.pending:
-        return p.summary()
-    return p.summary() + [f"plan: the next round trains {len(p.pending)} run(s): run snakemake again (`snakemake -n` "
-                          f"shows them), or `python -m opd.cli calibrate -- -c 2` for every round to the end"]
+def next_round(e: Experiment, out: str | Path) -> str:
+    """What a `snakemake` call says of the plan when it ends (`e` the experiment as configured, unplanned): the
+    headline of the plan the results now give (opd.summary)."""
+    return checked_plan(e, str(out)).headline()
 
 
 def checked(e: Experiment, out: str | Path, sound, stale, memo: bool = True) -> Plan:

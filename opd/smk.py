@@ -1,4 +1,5 @@
-"""Around Snakemake itself (the Snakefile calls these): its report's per-file warnings, collapsed to one line."""
+"""Around Snakemake itself (the Snakefile calls these): a quiet terminal by default (`--verbose` shows everything), and
+its report's per-file warnings, collapsed to one line."""
 from __future__ import annotations
 
 import atexit
@@ -7,6 +8,43 @@ import sys
 from pathlib import Path
 
 MISSING = "Missing metadata for file "
+
+# What a real run keeps off the terminal (Snakemake's log file keeps it all): each job's block, its start and end, the
+# progress count, the job and resource tables (Snakemake's log events), the host block, and the chatter around them.
+# Warnings, errors, "Nothing to be done" and whatever else Snakemake says still show.
+QUIET_EVENTS = {"job_info", "job_started", "job_finished", "progress", "resources_info", "run_info"}
+QUIET_LINES = ("Assuming unrestricted shared filesystem usage", "Building DAG of jobs", "Using shell:",
+               "Select jobs to execute", "Waiting for running jobs to complete", "Complete log(s):", "Elapsed time:")
+
+
+class _Quiet(logging.Filter):
+    """Drops, below warnings, the records of QUIET_EVENTS, the host block and the QUIET_LINES."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        if getattr(record, "event", None) in QUIET_EVENTS:
+            return False
+        if getattr(getattr(record, "quietness", None), "name", None) == "HOST":
+            return False
+        return not (isinstance(record.msg, str) and record.msg.startswith(QUIET_LINES))
+
+
+def quiet_terminal(workflow, logger: logging.Logger | None = None) -> bool:
+    """A real run (not a dry run, not `--verbose`) keeps Snakemake's per-job lines off the terminal: the run says what
+    it did in its own few lines at the end (opd.summary), and Snakemake's log file (.snakemake/log/) keeps every line.
+    A dry run lists its jobs as Snakemake does; `--verbose` shows everything. True where the terminal is quiet (a
+    logger plugin that writes to the terminal itself is left alone)."""
+    s = workflow.output_settings
+    if s.verbose or s.dryrun:
+        return False
+    if logger is None:
+        from snakemake.logging import logger
+    handler = next((h for h in logger.handlers if h.name == "DefaultStreamHandler"), None)
+    if handler is None:
+        return False
+    handler.addFilter(_Quiet())
+    return True
 
 
 class _Unrecorded(logging.Filter):

@@ -574,14 +574,44 @@ def changes(old: dict, new: dict) -> list[str]:
 
 
 def announce(cfg: dict, experiment: str, old: dict, stream=None) -> list[str]:
-    """At the end of a successful `snakemake` run: print the lines of `changes` and record what was seen."""
+    """At the end of a successful `snakemake` run: the lines of `changes` (printed on `stream` where one is given;
+    opd.summary prints them in the run's summary), and what was seen recorded for the next run."""
     try:
         new = seen(cfg, experiment)
+        lines = changes(old, new)
     except Exception as e:  # the run itself succeeded; say why there is no verdict line
-        print(f"opd: verdicts not compared: {e}", file=stream or sys.stderr, flush=True)
-        return []
-    lines = changes(old, new)
-    for line in lines:
-        print(line, file=stream or sys.stderr, flush=True)
-    store.write_json(new, state_path(experiment))
+        lines, new = [f"opd: verdicts not compared: {e}"], None
+    for line in lines if stream else ():
+        print(line, file=stream, flush=True)
+    if new is not None:
+        store.write_json(new, state_path(experiment))
     return lines
+
+
+# ---------------------------------------------------------------- the decisions of the offline measurements
+
+def decision_line(kind: str, row: str, student: str, text: str) -> str:
+    """How a measurement's decision is said, by its job (opd.cli) and at the end of the run that made it."""
+    return f"{kind} {row}.{student}: {text}"
+
+
+def measured_decision(exp: Experiment, kind: str, row: str, student: str) -> str:
+    """The decision line of one offline measurement just made (`kind`: admission or predictors): the admission check's
+    D_hat +- SE against the line from its own file, as its job says it; the step-0 statistics' decisions by the
+    fitted rule and config.yaml's frozen rules (as `python -m opd.cli verdict ROW` gives them)."""
+    if kind == "admission":
+        f = admission_target(exp.name, row, student)
+        d = admission_estimate(store.read_table(f), exp.admission.alpha, exp.admission.L, exp.bootstrap.resamples,
+                               exp.bootstrap.seed, f)
+        return decision_line(kind, row, student, d.text())
+    a, r = Analysis(exp), exp.row(row)
+    said = []  # (which rule, its statistic, the candidate's value, the rule's cut, admit)
+    fitted = fitted_decision(a, r, student)
+    if fitted is not None:
+        said.append(("fitted rule", fitted.rule.statistic, fitted.value, fitted.rule.cut, fitted.admit))
+    for f in frozen_decisions(a, r, student):
+        said.append((f"frozen rule {f.rule.name}", f.rule.statistic, f.value, stats.Threshold.of(f.rule).cut, f.admit))
+    text = "; ".join(f"{rule} {'admit' if admit else 'reject'} ({stats.PREDICTORS.get(s, s)} = {_g(v)}, admitted iff "
+                     f"{cut})" for rule, s, v, cut, admit in said)
+    return decision_line(kind, row, student, (text or "no fitted or frozen rule decides yet")
+                         + f" (`python -m opd.cli verdict {row}` explains)")

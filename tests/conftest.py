@@ -92,9 +92,11 @@ def planned(cwd: Path, *args) -> list[tuple[str, str]]:
 
 
 def jobs_in(r) -> list[tuple[str, str]]:
-    """(rule, wildcards) of every job a `snakemake` run (or dry run) lists in its output."""
+    """(rule, wildcards) of every job a `snakemake` dry run lists in its output, or a real run in the Snakemake log its
+    output names (its terminal leaves the jobs out: opd.smk.quiet_terminal)."""
     jobs, rule = [], None
-    for line in (r.stdout + r.stderr).splitlines():
+    log = re.search(r"(/\S+\.snakemake\.log)\b", r.stdout + r.stderr)
+    for line in (Path(log.group(1)).read_text() if log else r.stdout + r.stderr).splitlines():
         m = re.match(r"^(?:local)?rule (\S+):$", line.strip())
         if m:
             rule = m.group(1)

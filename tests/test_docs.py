@@ -1,14 +1,18 @@
-"""The documentation a newcomer reads is true to the code: every command in README.md and docs/*.md runs, or
-dry-runs, in a fresh clone; the generated pages (docs/config.md, docs/figures.md) are current; every config
-field is described.
+"""The documentation a newcomer reads is true to the code: README command 1 works in a fresh venv and a fresh clone,
+trains nothing and says little (at most FIRST_LINES lines, ending with the run's summary); every other command in
+README.md runs after it alone in that venv, and every command of docs/*.md runs, or dry-runs, in the clone; the
+generated pages (docs/config.md, docs/figures.md) are current; every config field is described.
 
-How each command of a ```bash block is checked (`check`): `snakemake ...` as a dry run (`-n`) and
+How each command of a ```bash block is checked (`how`): `snakemake ...` as a dry run (`-n`), except the report and
+the offline measurements' targets, which run for real (seconds each; a measurement's last line is its decision), and
 `python -m opd...` commands for real, except where HELP says `--help` (commands whose work needs a cluster or
 data, and the benchmarks, which take minutes); a few are not run, each for the reason NOT_RUN gives. A block
 preceded by `<!-- docs-test: not run (why) -->` is not run. A command matching none of these fails the test:
 classify it here, or mark its block. A ```yaml block holding one new row (`- {name: ...}`) is added to the
-clone's config first, as the reader adds it."""
+clone's config after README command 1, as the reader adds it. README commands run in the fresh venv, except those
+of a block that installs an extra first and those that need an optional tool; docs/*.md commands in this one."""
 import importlib.util
+import os
 import re
 import shlex
 import subprocess
@@ -19,12 +23,14 @@ import pytest
 import yaml
 
 from conftest import ROOT, edit_config, make_clone
-from opd import docs
+from opd import docs, summary
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-NOT_RUN = {("pip", "install"): "installs packages (the tests run in the environment it makes)",
-           ("python", "-m", "pytest"): "the test suite itself",
-           ("snakemake", "--report"): "builds the report: tests/test_report.py builds one and checks it in a browser"}
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+NOT_RUN = {("pip", "install"): "installs packages (README command 1's install runs, in a fresh venv)",
+           ("python", "-m", "pytest"): "the test suite itself"}
+FIRST_LINES = 100  # what README command 1 may print, training nothing (its install's lines aside)
+MEASUREMENT = re.compile(r"results/[^/]+/(admission|predictors)/([^/]+)\.parquet$")  # a target that decides
 RUN = (("python", "-m", "opd.cli"), ("python", "-m", "opd.docs"), ("python", "-m", "opd.backends.verl", "overrides"))
 HELP = (("python", "benchmarks/"), ("python", "-m", "opd.backends.verl"))
 
@@ -69,7 +75,7 @@ def how(cmd) -> tuple[str, str]:
     if missing:
         return "skip", f"needs the optional {', '.join(missing)} (pip install -e '.[export]')"
     if cmd[0] == "snakemake":
-        return "dry", ""
+        return ("real", "") if "--report" in cmd or decides(cmd) else ("dry", "")
     if any(starts(cmd, p) for p in RUN):
         return "run", ""
     if any(starts(cmd, p) for p in HELP):
@@ -77,13 +83,23 @@ def how(cmd) -> tuple[str, str]:
     return "unknown", "classify it in tests/test_docs.py or mark its block"
 
 
-def documented():
-    """(page, command) of every command, in reading order, and the new rows the pages add."""
+def decides(cmd):
+    """A snakemake command's offline-measurement target (MEASUREMENT's match), or None."""
+    return next((m for a in cmd if (m := MEASUREMENT.search(a))), None)
+
+
+def documented(venv=False):
+    """(page, command) of every command, in reading order, and the new rows the pages add. With `venv`: (page,
+    command, whether it runs in README command 1's venv - a README command outside a block that installs an extra,
+    needing no optional tool - and how many of the rows the reader has added by then)."""
     cmds, rows = [], []
     for page in PAGES:
         for lang, marker, body in blocks(page.read_text()):
             if lang == "bash" and not marker:
-                cmds += [(page.relative_to(ROOT), c) for c in commands(body)]
+                block = commands(body)
+                extra = any(starts(c, ("pip", "install")) and "[" in " ".join(c) for c in block)
+                cmds += [(page.relative_to(ROOT), c, page == README and not extra and not set(OPTIONAL) & set(c),
+                          len(rows)) if venv else (page.relative_to(ROOT), c) for c in block]
             elif lang == "yaml":
                 parsed = yaml.safe_load(body)
                 if isinstance(parsed, list) and len(parsed) == 1 and isinstance(parsed[0], dict) and "name" in parsed[0]:
@@ -98,36 +114,61 @@ def test_every_documented_command_is_classified():
     assert not unknown, "commands the docs test does not know how to check:\n" + "\n".join(unknown)
 
 
-def test_every_documented_command_runs_in_a_fresh_clone(tmp_path):
-    cmds, rows = documented()
+def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path):
+    cmds, rows = documented(venv=True)
     clone = make_clone(tmp_path / "clone")
-    toy = yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]["rows"]
-    new = [r for r in rows if r["name"] not in {x["name"] for x in toy}]
-    edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(new))
-    failures, done = [], []
-    for page, cmd in cmds:
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    fresh = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    fresh["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{fresh['PATH']}"
+    install, first = cmds[0][1], cmds[1][1]  # README command 1: `pip install ... -e . && snakemake -c 2`
+    assert (install[:2], first) == (["pip", "install"], ["snakemake", "-c", "2"]), (install, first)
+    r = subprocess.run(install, cwd=clone, env=fresh, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    r = subprocess.run(first, cwd=clone, env=fresh, capture_output=True, text=True, timeout=1200)
+    said = (r.stdout + r.stderr).splitlines()
+    assert r.returncode == 0, "\n".join(said[-60:])
+    # trains nothing, leaves every committed file as it was, and says little: its summary last
+    assert len(said) <= FIRST_LINES, f"{len(said)} lines:\n" + "\n".join(said)
+    end = max(i for i, line in enumerate(said) if line.startswith("done in "))
+    assert len(said) - end <= summary.MAX_LINES and "no run trained" in said[end], "\n".join(said)
+    assert subprocess.run(["git", "status", "--porcelain", "results", "figures"], cwd=clone, capture_output=True,
+                          text=True).stdout == ""
+    toy = {x["name"] for x in yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]["rows"]}
+    failures, done, added = [], [], 0
+    for page, cmd, in_venv, n_rows in cmds:
+        new = [r for r in rows[added:n_rows] if r["name"] not in toy]  # the rows the reader has added by now
+        if new:
+            edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(new))
+        added = n_rows
         kind, why = how(cmd)
         if kind == "skip":
             continue
         env_words = [w for w in cmd if "=" in w and not w.startswith("-") and cmd.index(w) == 0]
         argv = cmd[len(env_words):]
-        argv = [sys.executable, *argv[1:]] if argv[0] == "python" else [sys.executable, "-m", "snakemake", *argv[1:]] \
-            if argv[0] == "snakemake" else argv
+        if not in_venv:  # this environment's Python and Snakemake, with the extras the command's block installs
+            argv = [sys.executable, *argv[1:]] if argv[0] == "python" else \
+                [sys.executable, "-m", "snakemake", *argv[1:]] if argv[0] == "snakemake" else argv
         if kind == "dry":
             argv = argv + ["-n"]
         elif kind == "help":
             script = next((a for a in argv if a.endswith(".py")), None)
             if script and "argparse" not in (clone / script).read_text():
-                argv = [sys.executable, "-m", "py_compile", script]  # no options to show: compile it
+                argv = [argv[0], "-m", "py_compile", script]  # no options to show: compile it
             else:
                 argv = argv[:argv.index(script) + 1 if script else 4] + ["--help"]
-        env = dict(__import__("os").environ, **dict(w.split("=", 1) for w in env_words))
+        env = dict(fresh if in_venv else os.environ, **dict(w.split("=", 1) for w in env_words))
         r = subprocess.run(argv, cwd=clone, capture_output=True, text=True, env=env, timeout=600)
-        done.append(f"{kind}: {' '.join(cmd)}")
+        done.append(f"{kind}{' (fresh venv)' if in_venv else ''}: {' '.join(cmd)}")
+        out = (r.stdout + r.stderr).splitlines()
         if r.returncode != 0:
-            failures.append(f"{page}: {' '.join(cmd)} ({kind}) exited {r.returncode}:\n{(r.stdout + r.stderr)[-1500:]}")
+            failures.append(f"{page}: {' '.join(cmd)} ({kind}) exited {r.returncode}:\n" + "\n".join(out[-30:]))
+        elif kind == "real" and decides(cmd):  # an offline measurement's command ends with its decision
+            m = decides(cmd)
+            if not (out[-1].startswith(f"{m.group(1)} {m.group(2)}: ") and re.search(r"\b(admit|reject)\b", out[-1])):
+                failures.append(f"{page}: {' '.join(cmd)} does not end with its decision:\n" + "\n".join(out[-12:]))
     print("\n".join(done))
     assert not failures, "\n\n".join(failures)
+    assert (clone / "figures" / "toy" / "report.html").stat().st_size > 0  # README's `snakemake --report`
     assert subprocess.run(["git", "status", "--porcelain", "docs"], cwd=clone, capture_output=True,
                           text=True).stdout == ""  # `python -m opd.docs` found the pages current
 

@@ -330,7 +330,7 @@ def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
     first = planned_runs(planned(clone, "analysis"))
     assert first == {"bf16.qwen-s.s0", "bf16.qwen-s.s1", "bf16.qwen-s.s2", "edge-0p05.qwen-s.s0", "edge-0p2.qwen-s.s0"}
     r = snakemake(clone, "-c", "2", "analysis")
-    assert "plan: the next round trains 1 run(s)" in r.stderr  # said at the end of the round
+    assert "plan: 1 run(s) to train next: `snakemake -c 2` trains them" in r.stderr  # said at the end of the round
     cfg = C.load(clone / "config.yaml")
     e = Experiment.of(cfg)
     now = P.planned(e, P.Results(clone / "results" / "toy"))

@@ -25,7 +25,8 @@ if EXPERIMENT.adaptive:
     # from current runs only: a run the cache check below finds damaged or stale is read as missing
     PLAN = P.checked_plan(EXPERIMENT, results_dir(EXP))
     EXPERIMENT, E = PLAN.experiment, PLAN.written(E)
-    for line in PLAN.summary():
+    # a real run says its plan at the end (opd.summary); a dry run its headline now, `--verbose` every row and edge
+    for line in [] if QUIET else PLAN.summary() if workflow.output_settings.verbose else [PLAN.headline()]:
         print(line, file=sys.stderr, flush=True)
 BACKEND = EXPERIMENT.backend
 ROWS = {r.name: r for r in EXPERIMENT.rows}  # opd.rows.Row: defaults and predicates, written once
@@ -91,7 +92,7 @@ KV_ATTRIBUTION_FILES = [f"{OUT}/kv_attribution/{s}.parquet" for s in KV_STUDENTS
 # the measurements' outputs that do not read in full (read again where their size or mtime changed): their jobs rerun
 UNREADABLE = store.unreadable([*ADMISSION, *PREDICTOR_FILES, *KV_ATTRIBUTION_FILES], store.ledger_path(EXP))
 for path, why in UNREADABLE.items():
-    print(f"opd: {why}: it is measured again", file=sys.stderr, flush=True)
+    print(f"opd: {why}: its job measures it again", file=sys.stderr, flush=True)
 STALENESS = sorted({0} | {r.staleness for r in ROWS.values()})
 GUARDED = any(r.guard for r in ROWS.values())
 
