@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, edit_config, make_clone
+from conftest import ROOT, edit_config
 from opd import docs
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -98,9 +98,9 @@ def test_every_documented_command_is_classified():
     assert not unknown, "commands the docs test does not know how to check:\n" + "\n".join(unknown)
 
 
-def test_every_documented_command_runs_in_a_fresh_clone(tmp_path):
+def test_every_documented_command_runs_in_a_fresh_clone(fresh_clone):
     cmds, rows = documented()
-    clone = make_clone(tmp_path / "clone")
+    clone = fresh_clone
     toy = yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]["rows"]
     new = [r for r in rows if r["name"] not in {x["name"] for x in toy}]
     edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(new))

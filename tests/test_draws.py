@@ -12,6 +12,7 @@ import pytest
 from opd import config as C
 from opd import dag, stats
 from opd.spec import Experiment
+from helpers import load_script
 
 MODELS = "results/toy/_models"
 
@@ -101,13 +102,7 @@ def test_seed_noise_pairs_seeds_on_one_draw_and_measures_the_draws_apart():
 
 
 def findings_script():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).parent.parent / "workflow" / "scripts" / "findings.py"
-    spec = importlib.util.spec_from_file_location("findings_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("findings")
 
 
 def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model():
