@@ -34,16 +34,70 @@ def make_clone(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def clone(tmp_path):
-    return make_clone(tmp_path / "clone")
-
-
 def copy_clone(src: Path, dest: Path) -> Path:
-    """A copy of a built clone for one test to edit: file times and Snakemake's metadata are copied with it, so
-    the copy is as up to date as the original (the fixtures that use it check so with a dry run)."""
+    """A copy of a clone for one test to edit: file times, .git and Snakemake's metadata are copied with it, so the
+    copy is in the state of the original (`built` checks so once with a dry run). Seconds, where make_clone takes
+    more and a first dry run tens of seconds."""
     shutil.copytree(src, dest, symlinks=True)
     return dest
+
+
+# The clones a session shares (each made once): pristine, a `git clone` no command ran in; dry_run, a copy of it
+# after one `snakemake -n` (its caches under .snakemake/opd warm: the same results and file times, so it plans as
+# a fresh clone does, in seconds); built, a copy of that after `snakemake -c 2` (everything up to date). Tests that
+# only read use them as they are; a test that edits or runs jobs gets a copy (fresh_clone, clone, built_clone).
+NO_TORCH_SNAKEMAKE = "import sys; sys.modules['torch'] = None; from snakemake.cli import main; main(sys.argv[1:])"
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory) -> Path:
+    return make_clone(tmp_path_factory.mktemp("pristine") / "clone")
+
+
+@pytest.fixture
+def fresh_clone(pristine, tmp_path) -> Path:
+    """A fresh `git clone` of this tree for one test (a copy of the session's pristine one: no command ran in it)."""
+    return copy_clone(pristine, tmp_path / "clone")
+
+
+@pytest.fixture(scope="session")
+def first_dry_run(pristine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A fresh clone's first `snakemake -n` (torch made unimportable, as it must not be needed to plan) and the
+    clone after it: tests/test_dag.py checks the dry run, the `clone` fixture copies the clone."""
+    dest = copy_clone(pristine, tmp_path_factory.mktemp("dry-run") / "clone")
+    return dest, subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=dest, capture_output=True,
+                                text=True)
+
+
+@pytest.fixture
+def clone(first_dry_run, tmp_path) -> Path:
+    """A clone of this tree for one test to edit and run in: a copy of a fresh clone after its first `snakemake -n`
+    (results/ and file times as in a fresh clone; only the dry run's caches under .snakemake/opd are warm)."""
+    src, r = first_dry_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    return copy_clone(src, tmp_path / "clone")
+
+
+@pytest.fixture(scope="session")
+def built(first_dry_run, tmp_path_factory) -> Path:
+    """A fresh clone after one real `snakemake -c 2` has rebuilt what it wants (analysis, probes, figures) from the
+    committed Parquet: everything is then up to date, and so is a copy of it (checked once here). Shared: a test
+    reads it as it is (dry runs), or edits a copy (built_clone)."""
+    src, r = first_dry_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    clone = copy_clone(src, tmp_path_factory.mktemp("built") / "clone")
+    snakemake(clone, "-c", "2")
+    assert planned(clone) == []
+    copy = copy_clone(clone, tmp_path_factory.mktemp("built-copy") / "clone")
+    assert planned(copy) == []  # what built_clone relies on: a copy is as up to date as the original
+    shutil.rmtree(copy)
+    return clone
+
+
+@pytest.fixture
+def built_clone(built, tmp_path) -> Path:
+    """A copy of `built` for one test to edit (up to date, as `built` checked of a copy)."""
+    return copy_clone(built, tmp_path / "clone")
 
 
 def small_toy(c):
@@ -60,11 +114,11 @@ def small_toy(c):
 
 
 @pytest.fixture(scope="session")
-def small_toy_built(tmp_path_factory):
-    """A fresh clone cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
+def small_toy_built(first_dry_run, tmp_path_factory):
+    """A fresh clone (first_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
     committed runs' specs differ, so they are moved aside as stale), their analysis built. Built once per
     session (a minute or more of training and probes): the fault test and the report test start from copies."""
-    clone = make_clone(tmp_path_factory.mktemp("small-toy") / "clone")
+    clone = copy_clone(first_dry_run[0], tmp_path_factory.mktemp("small-toy") / "clone")
     edit_config(clone, small_toy)
     snakemake(clone, "-c", "2", "analysis")
     assert planned(clone, "analysis") == []
@@ -122,6 +176,14 @@ def edit_config(cwd: Path, fn) -> None:
     cfg = yaml.safe_load(p.read_text())
     fn(cfg)
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+@pytest.fixture(scope="session")
+def paper_composed(tmp_path_factory) -> dict:
+    """Every paper run composed against verl's config once a session, with hostile but legal paths (helpers.compose_paper):
+    tests/test_verl.py, test_hydra_quoting.py, test_cluster_install.py and test_verl_cluster.py read it."""
+    from helpers import compose_paper
+    return compose_paper(tmp_path_factory.mktemp("paper"))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from opd import config as C
 from opd.spec import Experiment
 from opd.backends.verl import overrides as O
-from test_verl import VERL, verl_compose
+from test_verl import VERL
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "cluster_resolution.json"
@@ -128,22 +128,20 @@ def missing_from(resolution: dict, modules: set[str]) -> dict[str, set[str]]:
     return {m: distributions(m) for m in sorted(third) if not distributions(m) & have}
 
 
-def selected_modules(cfg: dict) -> dict[str, set[str]]:
-    """Per paper run: the modules its composed verl config selects (attention, the weight-sync engine)."""
+def selected_modules(paper_composed: dict) -> dict[str, set[str]]:
+    """Per paper run: the modules its composed verl config selects (attention, the weight-sync engine), from the
+    session's composition (conftest.paper_composed)."""
     out = {}
-    for run in C.runs(cfg, "paper"):
-        composed = verl_compose(O.run_overrides(cfg, run, run_dir=f"runs/{run.run_id}"),
-                                O.entry_point(run.row) == O.ASYNC_ENTRY)
+    for _, _, run, _, _, composed in paper_composed.values():
         attention = composed.actor_rollout_ref.model.override_config.attn_implementation
         engine = checkpoint_engine_module(composed.actor_rollout_ref.rollout.checkpoint_engine.backend)
         out[run.run_id] = set(O.ATTENTION_MODULES[attention]) | module_imports(engine)
     return out
 
 
-def test_every_module_a_paper_run_imports_is_in_the_cluster_install(resolution):
-    cfg = C.load()
+def test_every_module_a_paper_run_imports_is_in_the_cluster_install(resolution, paper_composed):
     assert not missing_from(resolution, lazy_imports())
-    selected = selected_modules(cfg)
+    selected = selected_modules(paper_composed)
     assert any("cupy" in m for m in selected.values()), "the k > 0 runs' weight sync no longer imports cupy: re-read verl"
     for run_id, modules in selected.items():
         assert not missing_from(resolution, modules), run_id

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, make_clone, snakemake
+from conftest import ROOT, snakemake
 from opd import derived
 
 # numpy's dispatched kernels above the x86-64-v2 baseline, and an OpenBLAS kernel every x86-64-v2 CPU runs
@@ -98,10 +98,9 @@ def test_the_cpu_path_moves_unrounded_floats_and_not_rounded_ones(tmp_path):
 ANALYSIS = ["results/toy/analysis/guard.parquet", "results/toy/analysis/kv_attribution.parquet"]
 
 
-def test_analysis_files_are_byte_identical_on_another_cpu_path(tmp_path):
+def test_analysis_files_are_byte_identical_on_another_cpu_path(clone):
     """The analysis stage run twice in a fresh clone, on this CPU's kernels and on the other path: every file it
     writes has the same bytes (the derived tables rounded, the concatenated run files as the runs wrote them)."""
-    clone = make_clone(tmp_path / "clone")
     written = {}
     for name, env in (("default", None), ("other", other_path_env())):
         r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2", "--forcerun", "analysis", "guard_analysis",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, edit_config, make_clone
+from conftest import ROOT, edit_config
 from opd import docs, summary
 
 README = ROOT / "README.md"
@@ -114,9 +114,9 @@ def test_every_documented_command_is_classified():
     assert not unknown, "commands the docs test does not know how to check:\n" + "\n".join(unknown)
 
 
-def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path):
+def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path, fresh_clone):
     cmds, rows = documented(venv=True)
-    clone = make_clone(tmp_path / "clone")
+    clone = fresh_clone
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
     fresh = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     fresh["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{fresh['PATH']}"

@@ -1,5 +1,4 @@
 """Every figure and table renders from a small Parquet fixture, through the same scripts Snakemake runs."""
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,6 +10,7 @@ import pytest
 from opd import outputs as O
 from opd import findings, provenance, report, stats, store
 from opd.rows import Row
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "workflow" / "scripts"
@@ -36,11 +36,7 @@ class Files(list):
         self.__dict__.update(named)
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+load = load_script  # a script of workflow/scripts/ by its name (helpers.load_script)
 
 
 def make_runs(d: Path, rows=ROWS):

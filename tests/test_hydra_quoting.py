@@ -3,58 +3,34 @@ every run of the paper experiment, with hostile but legal paths and model names,
 installed config (as tests/test_verl.py composes them), then resolved as verl resolves it at start. A model is
 an existing folder or a Hub id `org/name` (opd.backends.verl.site.location refuses anything else), so every model
 folder a test names is made under its tmp_path first (resolved: the jobs get a model folder's resolved path)."""
+import copy
 import os
 import re
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from opd import config as C
-from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, hydra_value, run_overrides
-from test_verl import load_smoke, verl_compose
-
-# legal in a POSIX path or a Hub name: a sweep's comma, a space, list and dict brackets, both quotes, '=',
-# ':', '$' (not '${'), '%', '#', '~', unicode, a backslash inside, before a quote and at the end
-WEIRD = "d a,b/[x]{y}/'s' \"d\"/k=v:w/$HOME %p #h ~u/ünï ☃/back\\slash/q\\'"
+from opd.backends.verl.overrides import ASYNC_ENTRY, hydra_value, run_overrides
+from helpers import folder, load_script
+from test_verl import verl_compose
 
 
-def folder(path: str) -> str:
-    """`path` made as a folder (a model must exist to pass the site's check); the string itself."""
-    Path(path).mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def hostile(cfg, tmp_path):
-    e = cfg["experiments"]["paper"]
-    weird = f"{tmp_path.resolve()}/{WEIRD}"
-    for i, s in enumerate(e["students"].values()):
-        s.update(model=folder(f"{weird}/student {i}\\"), teacher=folder(f"{weird}/teacher,{i}'"),
-                 eagle3=folder(f"{weird}/eagle=3 [{i}]"))
-    e["verl"]["data"] = {"train": f"{weird}/train.parquet", "heldout": [f"{weird}/aime,24.parquet", "math 500.parquet"]}
-    return e, f"{tmp_path}/runs, [a]={{b}} 'c' $d ü"
-
-
-def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(tmp_path):
-    cfg = C.load()
-    e, run_root = hostile(cfg, tmp_path)
-    runs = C.runs(cfg, "paper")
-    assert len(runs) >= 22
-    for r in runs:
+def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(paper_composed):
+    """conftest.paper_composed: each paper run composed once a session, with helpers.hostile's paths."""
+    assert len(paper_composed) >= 22
+    for run_id, (cfg, e, r, run_dir, ov, composed) in paper_composed.items():
         s = e["students"][r.student]
         row = next(x for x in e["rows"] if x["name"] == r.name)  # as config.yaml writes it
-        run_dir = f"{run_root}/{r.run_id}"
-        ov = run_overrides(cfg, r, run_dir=run_dir)
-        c = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
-        for resolved in (False, True):  # as composed, and after verl's OmegaConf.resolve (main_ppo.py:145)
-            if resolved:
-                OmegaConf.resolve(c)
+        resolved = copy.deepcopy(composed)  # a copy: the composition is the session's
+        OmegaConf.resolve(resolved)  # as verl resolves it (main_ppo.py:145)
+        for c in (composed, resolved):
             assert c.actor_rollout_ref.model.path == s["model"], r.run_id
             assert list(c.data.train_files) == [os.path.abspath(e["verl"]["data"]["train"])]
             assert list(c.data.val_files) == [os.path.abspath(f) for f in e["verl"]["data"]["heldout"]]
-            assert c.trainer.default_local_dir == os.path.join(os.path.abspath(run_dir), "verl_checkpoints")
+            assert c.trainer.default_local_dir == os.path.join(run_dir, "verl_checkpoints")
             assert c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == os.path.join(
-                os.path.abspath(run_dir), "verl.0.jsonl")
+                run_dir, "verl.0.jsonl")
             assert c.trainer.experiment_name == r.run_id
             if row.get("algorithm", "opd") == "opd":
                 assert c.distillation.teacher_models.teacher_model.model_path == s["teacher"]
@@ -63,7 +39,7 @@ def test_every_paper_run_composes_hostile_paths_to_exactly_the_strings_given(tmp
 
 
 def test_the_gpu_smoke_commands_quote_their_paths_too(tmp_path):
-    smoke = load_smoke()
+    smoke = load_script("benchmarks/verl_smoke.py")
     out = tmp_path.resolve() / "smoke, [a]={b} 'c' $d ü\\"
     for model in ("student", "teacher"):  # the folders the smoke's prepare exports its toy models to
         folder(str(out / model))

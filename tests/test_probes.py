@@ -1,7 +1,6 @@
 """The mechanism's gradient probes (opd/backends/tiny/probes.py): exact per-prefix terms, the bias bound on
 every prefix, the engine's distribution on a prefix, the parameter-space pull-back, the weights a probed run
 keeps (also across a resume), its probes, and the stage with its figure and tables."""
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,8 +15,8 @@ from opd.backends.tiny import probes as P
 from opd.backends.tiny import trainer
 from opd.backends.tiny.engine import Engine, Numerics
 from opd.backends.tiny.task import VOCAB, calibration_batch, make_task
+from helpers import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 V = len(VOCAB)
 
 
@@ -278,13 +277,6 @@ def test_a_probed_runs_job_writes_its_probes_and_an_unprobed_one_none(tmp_path, 
     assert [[r[k] for k in keys] for r in rows] == t[keys].values.tolist()
     with pytest.raises(ValueError, match=r"need policy versions \[2\]"):
         P.probe_states(PROBE, spec, {v: kept[v] for v in (0, 4)})
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "workflow" / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Files(list):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, jobs_in, make_clone, planned_rules
+from conftest import NO_TORCH_SNAKEMAKE, ROOT
+from helpers import load_script
 from opd import config as C
 from opd import dag
 from opd.rows import Row
@@ -208,10 +209,7 @@ def test_a_bad_spec_is_named_and_a_guarded_run_is_never_probed(tmp_path):
 
 
 def test_the_smoke_benchmark_builds_valid_specs(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("verl_smoke", ROOT / "benchmarks" / "verl_smoke.py")
-    smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(smoke)
+    smoke = load_script("benchmarks/verl_smoke.py")
     t = smoke.train_spec(tmp_path, {"name": "k2", "staleness": 2})
     a = smoke.admission_spec(tmp_path, {"name": "nvfp4", "weights": "nvfp4"})
     assert isinstance(a, AdmissionSpec) and t.settings.eval_steps() == [0, smoke.STEPS] and smoke.STEPS >= 3
@@ -228,22 +226,11 @@ def test_config_validation_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-NO_TORCH_SNAKEMAKE = "import sys; sys.modules['torch'] = None; from snakemake.cli import main; main(sys.argv[1:])"
-
-
-def test_a_fresh_clones_dry_run_needs_no_torch_writes_nothing_and_every_spec_is_as_before(tmp_path):
-    """`snakemake -n` parses the rules and builds every job spec with torch unimportable, and writes nothing under
-    results/ (the toy's committed spec files keep their exact bytes: a fresh clone trains nothing); the paper's spec
-    files, written by their rule (job_spec: `--until job_spec` runs no compute job), are those the rules wrote from
-    config.yaml's mappings (legacy_specs)."""
-    clone = make_clone(tmp_path / "clone")
-    r = subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=clone, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert not planned_rules(jobs_in(r)) & {"train", "train_probed", "base_models", "admission", "kv_attribution_student",
-                                            "throughput", "memory_bound"}
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "results", "figures"], cwd=clone,
-                            capture_output=True, text=True)
-    assert status.stdout == ""
+def test_the_papers_dry_run_needs_no_torch_writes_nothing_and_every_spec_is_as_before(clone):
+    """`snakemake -n` of the paper parses the rules and builds every job spec with torch unimportable, and writes no
+    spec file; the paper's spec files, written by their rule (job_spec: `--until job_spec` runs no compute job), are
+    those the rules wrote from config.yaml's mappings (legacy_specs). (The toy's fresh-clone dry run, without torch
+    and writing nothing: tests/test_dag.py.)"""
     r = subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n", "--config", "experiment=paper"], cwd=clone,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -8,7 +8,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import TRAIN_RULES, edit_config, make_clone, planned, planned_rules, snakemake
+from conftest import TRAIN_RULES, copy_clone, edit_config, planned, planned_rules, snakemake
 from opd import outputs as O
 
 COMPUTE = TRAIN_RULES | {"base_models", "admission", "kv_attribution_student", "throughput", "memory_bound"}
@@ -52,8 +52,8 @@ def submatrix(names, student=None, one_seed=False) -> list[dict]:
     return rows
 
 
-def build(tmp_path, rows) -> tuple:
-    clone = make_clone(tmp_path / "clone")
+def build(fresh, tmp_path, rows) -> tuple:
+    clone = copy_clone(fresh, tmp_path / "clone")  # a fresh clone (conftest.first_dry_run's, copied)
     # a fixed design: the rows given, without the toy's bisected edges (test_plan.py checks those)
     edit_config(clone, lambda c: (c["experiments"]["toy"].update(rows=rows), c["experiments"]["toy"].pop("edges"),
                                   c["experiments"]["toy"].pop("sequential")))
@@ -81,13 +81,13 @@ def build(tmp_path, rows) -> tuple:
     # the baseline and an RL row: the mechanism's table once read the noise rows' columns from none
     pytest.param(submatrix(["rl-reinforce-bf16"]), id="bf16-and-rl"),
 ])
-def test_the_sub_matrices_that_crashed(tmp_path, rows):
-    build(tmp_path, rows)
+def test_the_sub_matrices_that_crashed(first_dry_run, tmp_path, rows):
+    build(first_dry_run[0], tmp_path, rows)
 
 
 @settings(max_examples=2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(names=st.lists(st.sampled_from(POOL), min_size=0, max_size=3, unique=True),
        student=st.sampled_from([None, "qwen-m", "llama-s"]), one_seed=st.booleans())
-def test_any_sub_matrix_renders_or_leaves_out_every_output(tmp_path_factory, names, student, one_seed):
-    build(tmp_path_factory.mktemp("sub"), submatrix(names, student, one_seed))
+def test_any_sub_matrix_renders_or_leaves_out_every_output(first_dry_run, tmp_path_factory, names, student, one_seed):
+    build(first_dry_run[0], tmp_path_factory.mktemp("sub"), submatrix(names, student, one_seed))

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, make_clone, planned, planned_runs
+from conftest import ROOT, planned, planned_runs
 from opd import cli, config as C, stats, verdict as V
 
 matplotlib.use("Agg")
@@ -77,7 +77,7 @@ def test_a_reference_rows_verdict_is_labelled_as_a_reference_rows():
     assert "reference row" not in verdict_cli("nvfp4").stdout
 
 
-def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
+def test_verdict_of_a_row_without_results_names_what_is_missing(clone, tmp_path):
     """A row just added: no runs, no admission check, no analysis of it; each with the target that makes it
     (the training target is a real one: a dry run in a fresh clone plans exactly that row's runs)."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -92,7 +92,6 @@ def test_verdict_of_a_row_without_results_names_what_is_missing(tmp_path):
     assert targets == ["results/toy/analysis/verdicts.parquet", "results/toy/admission/nvfp4-kv-l0.qwen-s.parquet",
                        "results/toy/predictors/nvfp4-kv-l0.qwen-s.parquet"]
     assert "admission check not run" in r.stdout and "D =" not in r.stdout
-    clone = make_clone(tmp_path / "clone")
     (clone / "config.yaml").write_text(path.read_text())
     assert planned_runs(planned(clone, "-c", "2", targets[0])) == {f"nvfp4-kv-l0.qwen-s.s{i}" for i in range(3)}
     jobs = planned(clone, "-c", "2", targets[1])  # with its spec file's writer (rule job_spec)
@@ -202,10 +201,9 @@ def test_a_changed_row_is_named_and_its_old_verdict_not_given(tmp_path):
     assert "`snakemake -c 2 results/toy/analysis/verdicts.parquet`" in r.stderr
 
 
-def test_snakemake_ends_with_the_changed_verdicts_line(tmp_path, monkeypatch):
+def test_snakemake_ends_with_the_changed_verdicts_line(clone, monkeypatch):
     """The Snakefile's onsuccess, in a real run that trains nothing (a fresh clone reruns its analysis): against
     a record in which noise-15 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
-    clone = make_clone(tmp_path / "clone")
     state = clone / ".snakemake/opd/verdicts-toy.json"
     state.parent.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(clone)  # the record is of the clone's analysis files, read as Snakemake reads them

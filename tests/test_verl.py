@@ -2,7 +2,7 @@
 config and pass the checks verl's trainer makes before it asks Ray for GPUs (verl 0.9.1 installed with
 its CPU-side dependencies; vLLM is not in this environment), the JSONL log parser, the weight-sync hook's
 numerics and the data preparation. tests/test_vllm.py runs the vLLM jobs in a real engine."""
-import importlib.util
+import copy
 import json
 import re
 from pathlib import Path
@@ -20,6 +20,7 @@ from opd.backends.verl import compose, data, hook, logparse, plan
 from opd.backends.verl.__main__ import main as verl_cli
 from opd.backends.verl.overrides import ASYNC_ENTRY, entry_point, overrides, run_overrides
 from opd.spec import Experiment
+from helpers import load_script
 
 VERL = compose.VERL
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -40,19 +41,19 @@ def paper():
     return out
 
 
-def test_every_paper_run_composes_against_verls_config(paper):
-    assert len(paper) >= 17 + 3 + 2
-    for run_id, (r, ov) in paper.items():
+def test_every_paper_run_composes_against_verls_config(paper, paper_composed):
+    """Each run as conftest.paper_composed composed it (with hostile paths: tests/test_hydra_quoting.py)."""
+    assert len(paper) >= 17 + 3 + 2 and paper_composed.keys() == paper.keys()
+    for run_id, (_, _, r, run_dir, _, cfg) in paper_composed.items():
         k = r.row.staleness
-        cfg = verl_compose(ov, entry_point(r.row) == ASYNC_ENTRY)
         rollout = cfg.actor_rollout_ref.rollout
         assert rollout.n == 8 and rollout.temperature == 1.0 and cfg.data.max_response_length == 16384
         assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 8
         assert cfg.algorithm.rollout_correction.bypass_mode is False  # decoupled: the trainer recomputes log p_old
         assert rollout.tensor_model_parallel_size == 1  # verl's default is 2 (rollout.yaml:64)
-        # verl runs inside the run folder: config.yaml's relative data paths must reach it absolute
+        # verl runs inside the run folder: config.yaml's relative data paths and run folder must reach it absolute
         assert all(Path(f).is_absolute() for f in [*cfg.data.train_files, *cfg.data.val_files])
-        assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == f"{Path.cwd()}/runs/{run_id}/verl.0.jsonl"
+        assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == f"{run_dir}/verl.0.jsonl"
         if k == 0:
             assert cfg.trainer.total_training_steps == 200 and cfg.data.train_batch_size == 8
             # verl.resume_every: the synchronous trainer saves every 10 steps (the evaluated 40s among them)
@@ -89,13 +90,16 @@ def verl_startup_checks(cfg) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Disabled critic")
-def test_every_synchronous_paper_run_passes_verls_own_startup_checks(paper):
+def test_every_synchronous_paper_run_passes_verls_own_startup_checks(paper, paper_composed):
     """Without token-budgeted micro-batches every paper run failed here ("Please set at least one of
     'actor.ppo_micro_batch_size' or ..."): caught on CPU instead of after a GPU allocation. (The fully-async
     entry point does not call validate_config: test_fully_async_trainer_and_rollouter_accept_the_k_rows.)"""
-    for run_id, (r, ov) in paper.items():
+    checked = 0
+    for run_id, (_, _, r, _, _, cfg) in paper_composed.items():
         if entry_point(r.row) != ASYNC_ENTRY:
-            verl_startup_checks(verl_compose(ov, False))
+            verl_startup_checks(copy.deepcopy(cfg))  # a copy: the composed config is the session's
+            checked += 1
+    assert checked >= 17
     r, ov = paper["bf16.r1-7b.s0"]
     with pytest.raises(Exception, match="micro_batch_size"):
         verl_startup_checks(verl_compose(ov + ["actor_rollout_ref.actor.use_dynamic_bsz=False"], False))
@@ -118,10 +122,7 @@ def test_an_unknown_key_fails_to_compose(paper):
 
 
 def load_smoke():
-    spec = importlib.util.spec_from_file_location("verl_smoke", Path(__file__).parent.parent / "benchmarks" / "verl_smoke.py")
-    smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(smoke)
-    return smoke
+    return load_script("benchmarks/verl_smoke.py")
 
 
 @pytest.fixture(scope="module")

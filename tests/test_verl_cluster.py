@@ -11,22 +11,19 @@ import pytest
 from opd import config as C
 from opd.backends.verl import gpu, reward
 from opd.backends.verl import overrides as O
-from test_verl import verl_compose
 
 
-def composed_paper_runs():
-    cfg = C.load()
-    runs = C.runs(cfg, "paper")
-    for run in (next(r for r in runs if r.row.staleness == 0), next(r for r in runs if r.row.staleness > 0)):
-        yield run, verl_compose(O.run_overrides(cfg, run, run_dir=f"runs/{run.run_id}"),
-                                O.entry_point(run.row) == O.ASYNC_ENTRY)
+def composed_paper_runs(paper_composed):
+    """A synchronous and an asynchronous paper run and their configs as conftest.paper_composed composed them."""
+    composed = [(run, cfg) for _, _, run, _, _, cfg in paper_composed.values()]
+    return [next(x for x in composed if x[0].row.staleness == 0), next(x for x in composed if x[0].row.staleness > 0)]
 
 
-def test_verls_optimizer_is_the_tiny_trainers_adamw_without_decay_or_clipping():
+def test_verls_optimizer_is_the_tiny_trainers_adamw_without_decay_or_clipping(paper_composed):
     """verl's defaults (weight decay 0.01, gradients clipped at norm 1.0) would differ silently from the tiny
     backend's AdamW, and clipping caps exactly the gradient spikes of high-mismatch rows."""
     import torch
-    for run, cfg in composed_paper_runs():
+    for run, cfg in composed_paper_runs(paper_composed):
         optim = cfg.actor_rollout_ref.actor.optim
         assert optim.optimizer == "AdamW" and optim.lr == 1e-6, run.run_id
         assert optim.weight_decay == 0.0 and optim.clip_grad == float("inf"), run.run_id
@@ -38,22 +35,22 @@ def test_verls_optimizer_is_the_tiny_trainers_adamw_without_decay_or_clipping():
     assert p.grad.tolist() == [30.0, 40.0, 0.0]
 
 
-def test_the_teacher_has_room_for_the_whole_response_and_one_token():
+def test_the_teacher_has_room_for_the_whole_response_and_one_token(paper_composed):
     """The teacher scores prompt + response and vLLM must still generate one token (vllm_async_server.py:593-599);
     left unset, its max_model_len is the model's context, which the toy's is exactly (11 + 40 tokens)."""
-    for run, cfg in composed_paper_runs():
+    for run, cfg in composed_paper_runs(paper_composed):
         teacher = cfg.distillation.teacher_models.teacher_model.inference
         assert teacher.max_model_len == cfg.data.max_prompt_length + cfg.data.max_response_length + 1, run.run_id
     assert O.teacher_context({"max_prompt_length": 11, "max_response_length": 40}) == 52
 
 
-def test_reward_mean_is_the_fraction_of_right_answers_for_verls_math_scorer():
+def test_reward_mean_is_the_fraction_of_right_answers_for_verls_math_scorer(paper_composed):
     """verl's math_dapo scorer (the paper's data) returns +1 / -1: the project's reward function gives 1 / 0, so
     reward_mean (critic/score/mean) is the accuracy, as in the tiny backend; every run uses it."""
     assert reward.compute_score("math_dapo", "so the answer is \\boxed{7}", "7") == 1.0
     assert reward.compute_score("math_dapo", "so the answer is \\boxed{8}", "7") == 0.0
     assert reward.compute_score("opd-toy", "3+5=8,8+9=17;17", "17") == 1.0
-    for run, cfg in composed_paper_runs():
+    for run, cfg in composed_paper_runs(paper_composed):
         assert cfg.reward.custom_reward_function.path == O.REWARD and os.path.exists(O.REWARD), run.run_id
         assert cfg.reward.custom_reward_function.name == "compute_score"
 

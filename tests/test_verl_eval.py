@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import jobs_in, make_clone, snakemake
+from conftest import jobs_in, snakemake
+from helpers import load_script
 from opd import config as C
 from opd import dag, launch, store
 from opd.backends.verl import evaluate
@@ -24,12 +25,11 @@ def paper():
     return Experiment.of(C.load(), "paper")
 
 
-def test_the_paper_dag_evaluates_each_step_in_a_job_of_its_own(tmp_path, paper):
+def test_the_paper_dag_evaluates_each_step_in_a_job_of_its_own(built, paper):
     """`snakemake -n` of the paper: no training job writes heldout.parquet; each run's evaluated steps are jobs
     of their own after its training (155 for the 31 runs), the students' step 0 two jobs, and a local gather
     per run writes the run's heldout.parquet; each evaluation job is one GPU on Slurm."""
-    clone = make_clone(tmp_path / "clone")
-    r = snakemake(clone, "-n", "-p", "--config", "experiment=paper")
+    r = snakemake(built, "-n", "-p", "--config", "experiment=paper")  # the session's built clone, read only
     jobs = jobs_in(r)
     count = lambda rule: sum(1 for j, _ in jobs if j == rule)  # noqa: E731
     runs = paper.runs()
@@ -242,10 +242,7 @@ def test_cluster_cost_counts_the_evaluation_on_its_own_gpus(paper):
     """benchmarks/cluster_cost.py: after the change the evaluation's GPU-hours are its 157 one-GPU jobs and no
     allocated GPU idles; before, every evaluation hour held the whole allocation (8 or 12 GPUs); measured times
     replace the estimates."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("cluster_cost", Path(__file__).parent.parent / "benchmarks" / "cluster_cost.py")
-    cc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cc)
+    cc = load_script("benchmarks/cluster_cost.py")
     times = {k: {s: 0.5 for s in paper.students} for k in ("eval_step_h", "merge_h", "eval_job_start_h")}
     times["train_h"] = {s: 1.0 for s in paper.students}
     c = cc.costs(paper, times)
