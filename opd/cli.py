@@ -112,7 +112,24 @@ def main(argv=None) -> int:
     cal.add_argument("snakemake", nargs=argparse.REMAINDER, help="snakemake's arguments, after `--` (e.g. -- -c 2); "
                      "name the config and experiment with calibrate's own --config and --experiment, which plan with "
                      "them and pass them on")
+    ba = sub.add_parser("base-acceptance", help="(tiny backend) measure every student's base-model draws from the saved "
+                        "models (initial held-out KL, teacher's held-out cross-entropy) and judge them against the "
+                        "pre-registered band (base_acceptance: opd.base_check); exit 1 when a student is outside it")
+    ba.add_argument("--config", type=Path, action="append", default=None, help="a config file; repeat to merge several "
+                    "in order as Snakemake's --configfile does (default: the repository's config.yaml)")
+    ba.add_argument("--experiment", default=None, help="default: the config's `experiment`")
+    ba.add_argument("--band-from", default=None, help="judge against this experiment's band (default: the experiment's own)")
+    ba.add_argument("--out", type=Path, required=True, help="the folder of base_acceptance.parquet, base_draws.parquet "
+                    "and base_acceptance.md")
     args = p.parse_args(argv)
+    if args.job == "base-acceptance":
+        from opd import base_check
+        from opd import config as C
+        try:
+            return base_check.main(args.config or [C.ROOT / "config.yaml"], args.experiment, args.band_from, args.out)
+        except (C.ConfigError, ValueError) as e:
+            print(f"opd base-acceptance: {e}", file=sys.stderr)
+            return 2
     if args.job == "calibrate":
         return calibrate(args.experiment, args.config, args.max_rounds, args.snakemake)
 

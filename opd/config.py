@@ -359,10 +359,12 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
             errors += [f"experiment {exp!r}, field 'train.{k}': the verl backend needs it" for k in Settings.VERL_ONLY
                        if k not in t]
         for name, st in students.items():
-            missing = [k for k in Student.NEEDS.get(e.get("backend"), ()) if k not in st]
+            missing = [k for k in Student.of(st).needs(e.get("backend")) if k not in st]
             if missing:
                 errors.append(f"experiment {exp!r}, field 'students.{name}.{missing[0]}': the {e['backend']} backend "
                               f"needs it")
+            errors += [f"experiment {exp!r}, field 'students.{name}.{f}': {why}"
+                       for f, why in converge_errors(st, e.get("backend"))]
         if e.get("backend") != "tiny" and e.get("base_draws", 1) > 1:
             errors.append(f"experiment {exp!r}, field 'base_draws': the {e.get('backend')} backend's base models are "
                           f"the checkpoints the config names, one per student; only the tiny backend trains (and so "
@@ -384,6 +386,32 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                 errors.append(f"{row_label(exp, matrix.index(base), base.name, lines)}, field 'students': the "
                               f"baseline must cover every student other rows use; missing {sorted(missing)}")
     return errors
+
+
+def converge_errors(st: dict, backend: str) -> list[tuple[str, str]]:
+    """(field, why) for a student's converged recipe (`converge:`, opd.spec.Converge): tiny only; it picks the student
+    itself, so student_steps is refused beside it; the teacher can stop only on an evaluation at or after
+    teacher_steps and at max_steps, and the student is scanned on the checkpoints inside each evaluation interval."""
+    c = st.get("converge")
+    if c is None:
+        return []
+    if backend != "tiny":
+        return [("converge", f"the {backend} backend's base models are the checkpoints the config names; only the "
+                             f"tiny backend trains its own")]
+    out = []
+    if "student_steps" in st:
+        out.append(("student_steps", "the converged recipe (converge) picks the student by its held-out KL to the "
+                                     "teacher; remove student_steps"))
+    if c["max_steps"] < st.get("teacher_steps", 0):
+        out.append(("converge.max_steps", f"{c['max_steps']} is below teacher_steps ({st['teacher_steps']}), the step "
+                                          f"from which the plateau is checked"))
+    if c["max_steps"] % c["eval_every"]:
+        out.append(("converge.max_steps", f"{c['max_steps']} is not a multiple of eval_every ({c['eval_every']}): "
+                                          f"the teacher is always an evaluated step"))
+    if c["eval_every"] % c["save_every"]:
+        out.append(("converge.save_every", f"{c['save_every']} does not divide eval_every ({c['eval_every']}): the "
+                                           f"student is scanned on the checkpoints of each evaluation interval"))
+    return out
 
 
 def frozen_rules_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:

@@ -224,8 +224,9 @@ def _needs(e: Experiment, value, name: str, job: str):
 def base_spec(e: Experiment, student: str, draw: int = 0) -> BaseSpec:
     if e.backend != "tiny":
         raise ValueError(f"experiment {e.name!r}: the {e.backend} backend trains no base models")
+    s = e.base_student(student, draw)
     return BaseSpec(experiment=e.name, backend=e.backend, task_seed=e.train.task_seed, student=student,
-                    student_spec=e.base_student(student, draw), draw=draw)
+                    student_spec=s, draw=draw, eval_responses=e.train.eval_responses if s.converge else None)
 
 
 def train_spec(e: Experiment, run: Run, base: dict[str, str], probes: Probes | None = None) -> TrainSpec:

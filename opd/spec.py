@@ -184,6 +184,21 @@ class Settings(Written):
 
 
 @dataclass(frozen=True)
+class Converge(Written):
+    """A tiny student's converged SFT recipe (opd.backends.tiny.sft.train_converged; docs/methods.md): the teacher
+    trained until the held-out teacher-forced cross-entropy, measured every `eval_every` steps, improved the best by
+    less than `tol` (relative) over the last `window` evaluations (checked from the student's `teacher_steps` on), or
+    to `max_steps`; the student the first checkpoint (one every `save_every` steps) whose held-out KL to that
+    teacher is below `student_kl`."""
+    student_kl: float
+    eval_every: int
+    save_every: int
+    window: int
+    tol: float
+    max_steps: int
+
+
+@dataclass(frozen=True)
 class Student(Written):
     """A student as config.yaml describes it. tiny: its architecture and how the pipeline trains it (SFT to
     `student_steps` is the student, on to `teacher_steps` its teacher); verl: its checkpoint, its teacher's,
@@ -204,11 +219,17 @@ class Student(Written):
     teacher: str | None = None
     n_params: float | None = None
     eagle3: str | None = None  # verl: the EAGLE-3 draft model of speculative rows
+    converge: Converge | None = None  # tiny: the converged recipe, in place of the fixed student_steps
 
+    NESTED = {"converge": Converge}
     NEEDS: ClassVar[dict[str, tuple[str, ...]]] = {
         "tiny": ("family", "heads", "kv_heads", "head_dim", "d_ff", "sft_lr", "sft_batch", "student_steps",
                  "teacher_steps"),
         "verl": ("model", "teacher", "n_params")}
+
+    def needs(self, backend: str) -> tuple[str, ...]:
+        """The fields `backend` needs: NEEDS, less student_steps where the converged recipe picks the student."""
+        return tuple(k for k in self.NEEDS.get(backend, ()) if not (k == "student_steps" and self.converge))
 
     def params(self) -> float:
         """The student's size: `n_params` where the config gives it (real checkpoints), else the parameters
@@ -220,6 +241,15 @@ class Student(Written):
         kv = self.kv_heads * self.head_dim
         per_layer = 2 * d * d + 2 * d * kv + 3 * d * self.d_ff
         return float(self.layers * per_layer)
+
+
+@dataclass(frozen=True)
+class BaseAcceptance(Written):
+    """The base models' pre-registered acceptance band (opd.base_check): across a student's draws, every initial
+    held-out KL within `kl_within` (relative) of the draws' mean, and the teachers' final held-out cross-entropies
+    within `teacher_loss_ratio` (max / min)."""
+    kl_within: float
+    teacher_loss_ratio: float
 
 
 @dataclass(frozen=True)
@@ -498,6 +528,7 @@ class Experiment:
     # draw s % base_draws (opd.stats.draw_of), so a row's seeds spread over the draws and every comparison pairs
     # the two sides on the same draws
     base_draws: int = 1
+    base_acceptance: BaseAcceptance | None = None  # tiny: the base models' acceptance band (opd.base_check)
 
     @classmethod
     def of(cls, cfg: dict, name: str | None = None) -> "Experiment":
@@ -521,7 +552,9 @@ class Experiment:
             verl=Verl.of(e["verl"], f"{where}, verl") if "verl" in e else None, description=e.get("description"),
             sequential=Sequential.of(e["sequential"], f"{where}, sequential") if "sequential" in e else None,
             edges=tuple(Edge.of(x, f"{where}, edge {i + 1}") for i, x in enumerate(e.get("edges", ()))),
-            base_draws=e.get("base_draws", 1))
+            base_draws=e.get("base_draws", 1),
+            base_acceptance=BaseAcceptance.of(e["base_acceptance"], f"{where}, base_acceptance")
+            if "base_acceptance" in e else None)
 
     @property
     def adaptive(self) -> bool:
@@ -671,6 +704,9 @@ class BaseSpec(JobSpec):
     student: str
     student_spec: Student
     draw: int = 0
+    # the converged recipe's held-out KL: the responses per held-out problem of the experiment's runs (train's
+    # eval_responses), so the student's target is their initial held-out KL; None (unwritten) for the fixed recipe
+    eval_responses: int | None = None
 
     @property
     def name(self) -> str:

@@ -223,6 +223,8 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
 
 
 BASE_FILES = ("student.pt", "teacher.pt")  # a tiny student's base models (base.json records them)
+# the converged recipe's SFT curves beside them (opd.backends.tiny.sft.train_converged; base.json records them too)
+BASE_CURVES = "curves.parquet"
 
 
 def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
@@ -400,7 +402,7 @@ def set_aside_dir(out_dir, folder: str, sha: str, models: bool = False) -> Path:
 
 def _meta_of(meta_name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(every file the folder's record may list, the files it must list) for run.json or base.json."""
-    return ((ALL_RUN_FILES, RUN_FILES) if meta_name == "run.json" else (BASE_FILES, BASE_FILES))
+    return ((ALL_RUN_FILES, RUN_FILES) if meta_name == "run.json" else ((*BASE_FILES, BASE_CURVES), BASE_FILES))
 
 
 def prepare(d, spec, out_dir, meta_name: str = "run.json", log=None, verified: dict | None = None
@@ -584,7 +586,7 @@ def heal_runs(out_dir, run_ids, ledger, hash_all: bool = False, log=None, specs:
                 + f". It cannot be moved aside ({e.strerror}: {e.filename}), so it is left as it is: make "
                 f"{out_dir} writable and rerun; jobs that read it fail, the others run.")
             continue
-        for name in (*BASE_FILES, *ALL_RUN_FILES):
+        for name in (*BASE_FILES, BASE_CURVES, *ALL_RUN_FILES):
             verified.pop(str(d / name), None)
         out[what] = (list(f.problems), dest)
     write_ledger(ledger, verified)

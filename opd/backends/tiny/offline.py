@@ -17,7 +17,7 @@ from opd.spec import (AdmissionSpec, BaseSpec, KVAttributionSpec, MemoryBoundSpe
                       TrainSpec)
 
 from . import model as M
-from .sft import train_base
+from .sft import train_base, train_converged
 from .engine import Engine, KVCache, Numerics, step_generator
 from .task import RESPONSE_LEN, make_task
 from .trainer import offline_logratios, set_threads, train_run
@@ -28,14 +28,21 @@ def base_job(spec: BaseSpec, out: Path) -> None:
     t0 = time.perf_counter()
     set_threads(spec)
     s = spec.student_spec
-    losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.name}")
-    # the models' sizes and sha256 and the spec's: the cache check (store.inspect_all) compares them as each DAG is built
+    names = store.BASE_FILES
+    if s.converge is None:
+        losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.name}")
+    else:
+        if spec.eval_responses is None:
+            raise ValueError(f"base {spec.name}: the converged recipe needs the spec's eval_responses (opd.dag.base_spec)")
+        losses, curves = train_converged(s, spec.task_seed, s.seed, out, spec.eval_responses, label=f"base {spec.name}")
+        store.write_table(curves, Path(out) / store.BASE_CURVES)
+        names = (*names, store.BASE_CURVES)
+    # the files' sizes and sha256 and the spec's: the cache check (store.inspect_all) compares them as each DAG is built
     files = {n: {"size": (Path(out) / n).stat().st_size, "sha256": provenance.sha256_file(Path(out) / n)}
-             for n in store.BASE_FILES}
+             for n in names}
     store.write_json({"student": spec.student, "spec": s.written(), "spec_sha256": spec.sha256(), "files": files,
                       **losses}, Path(out) / "base.json")
-    progress.done(f"base {spec.name}", [Path(out) / f for f in ("student.pt", "teacher.pt", "base.json")], t0,
-                  **losses)
+    progress.done(f"base {spec.name}", [Path(out) / f for f in (*names, "base.json")], t0, **losses)
 
 
 def _admission_prompts(n_prompts: int, n_responses: int, task_seed: int, seed: int) -> torch.Tensor:
