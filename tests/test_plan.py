@@ -13,6 +13,7 @@ import yaml
 from opd import config as C
 from opd import plan as P
 from opd import store
+from pathlib import Path
 from opd.spec import Experiment
 from conftest import edit_config, planned, planned_runs, snakemake
 from helpers import load_script

@@ -63,7 +63,6 @@ rule plan_decisions:
     params:
         name=EXP,
         experiment=config["experiments"][EXP],  # as configured: the script replays the plan (opd.plan.planned)
-        out=OUT,
     log:
         f"logs/{EXP}/plan_decisions.log",
     script:

@@ -116,7 +116,7 @@ UNPROBED_RUN_ID = (f"(?!(?:{'|'.join(re.escape(r) for r in PROBE_RUNS)})/)" if P
 ANALYSIS_FILES = {name: O.analysis_path(OUT, name) for name in (*O.ANALYSIS_TABLES, *O.OTHER_ANALYSIS_FILES)}
 if BACKEND != "tiny":  # verl: read from the staleness runs themselves (rule throughput_from_runs)
     ANALYSIS_FILES["async_throughput"] = f"{ANALYSIS}/async_throughput_runs.parquet"
-# an adaptive plan's decisions (rule plan_decisions): a target of `all`, as its own output
+# an adaptive plan's decisions, a target of `all` (opd.plan.decisions_path)
 PLAN_FILES = [ANALYSIS_FILES["plan_decisions.json"]] if PLAN is not None else []
 # what each of the other rules' analysis files is made from, where that is a measurement (a compute job's output)
 MEASURED = {"kv_attribution": KV_ATTRIBUTION_FILES, "predictors": list(PREDICTOR_FILES),
