@@ -30,7 +30,9 @@ def ran(jobs: list[tuple[str, dict]], seconds: float, logfile: str | None) -> st
     run, the kinds of job by count, and Snakemake's log."""
     trained = sum(rule in TRAINING for rule, _ in jobs)
     kinds = Counter(_kind(rule) for rule, _ in jobs if rule not in TRAINING and rule != "job_spec")
-    named = [f"{n} {k}s" if n > 1 else k for k, n in sorted(kinds.items(), key=lambda kn: (-kn[1], kn[0]))]
+    # "14 figures", "11 tables"; a rule's name is not a noun to pluralise: "base_models x3"
+    named = [k if n == 1 else f"{n} {k}s" if k in ("figure", "table") else f"{k} x{n}"
+             for k, n in sorted(kinds.items(), key=lambda kn: (-kn[1], kn[0]))]
     rest = f", {len(named) - LISTED} other kinds" if len(named) > LISTED else ""
     what = f" ({', '.join(named[:LISTED])}{rest})" if named else ""
     runs = f"{trained} run(s) trained" if trained else "no run trained"

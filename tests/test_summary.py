@@ -51,6 +51,7 @@ def test_the_summary_fits_ten_lines_and_ends_with_the_decisions():
     assert first.startswith("done in 2 min 05 s: 11 job(s), 3 run(s) trained (2 figures, analysis, table)")
     assert first.endswith("Snakemake's log /c/.snakemake/log/a.snakemake.log")
     assert "no run trained" in summary.ran([("analysis", {})], 1.0, None)
+    assert "(base_models x3)" in summary.ran([("base_models", {"base": b}) for b in "abc"], 1.0, None)
     changes = [f"verdict of row{i}: qwen-s: new: ..." for i in range(7)]
     decisions = [f"admission row{i}.qwen-s: D̂ = 0.01 ± 0.002 (16 prompts) ...: admit" for i in range(3)]
     out = summary.lines(first, changes, "plan: no run left to train; every decision is made", "figures/toy/findings.md",
