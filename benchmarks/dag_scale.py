@@ -45,10 +45,12 @@ def main():
             shutil.copy(ROOT / f, big / f)
         shutil.copytree(ROOT / "workflow", big / "workflow")
         cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-        rows = [{"name": "bf16", "baseline": True}] + [
-            {"name": f"row{i:05d}", "noise_sigma": round(0.001 * (i % 300), 4), "staleness": i % 9}
-            for i in range(args.rows - 1)]
-        cfg["experiments"]["toy"]["rows"] = rows
+        exp = cfg["experiments"]["toy"]
+        baseline = next(r for r in exp["rows"] if r.get("baseline"))
+        rows = [baseline] + [{"name": f"row{i:05d}", "noise_sigma": round(0.001 * (i % 300), 4), "staleness": i % 9}
+                             for i in range(args.rows - 1)]
+        exp["rows"] = rows
+        exp.pop("edges", None)  # a fixed design: the toy's bisected edges would add their own rows
         (big / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         matrix = dry_runs(big, f"{args.rows} rows")
         print(f"goal: the toy's first dry run within 1.5x its second ({toy[0] / toy[1]:.2f}x) -> "
