@@ -82,6 +82,17 @@ class NoStudent(RuntimeError):
     pass
 
 
+def sft_step(model: M.Decoder, opt, sched, train, idx) -> torch.Tensor:
+    """One SFT step of either recipe on the training problems `idx` (gradient clipped to 1.0); its loss."""
+    loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
 def train_converged(student: Student | dict, task_seed: int, seed: int, out_dir, eval_responses: int,
                     label: str = "base") -> tuple[dict, "pd.DataFrame"]:
     """The converged recipe (opd.spec.Converge; docs/methods.md#base-model-draws): train until the held-out
@@ -108,13 +119,7 @@ def train_converged(student: Student | dict, task_seed: int, seed: int, out_dir,
     plateau = False
     for step in range(1, c.max_steps + 1):
         lr = opt.param_groups[0]["lr"]
-        idx = rng.integers(0, len(train), size=student.sft_batch)
-        loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = sft_step(model, opt, sched, train, rng.integers(0, len(train), size=student.sft_batch))
         row = {"step": step, "lr": lr, "sft_loss": loss.item(), "heldout_ce": math.nan, "heldout_kl": math.nan}
         if step % c.save_every == 0:
             saved[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -172,13 +177,7 @@ def train_base(student: Student | dict, task_seed: int, seed: int, out_dir, labe
     losses = {}
     bar = Progress(label, total, "step")
     for step in range(1, total + 1):
-        idx = rng.integers(0, len(train), size=student.sft_batch)
-        loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = sft_step(model, opt, sched, train, rng.integers(0, len(train), size=student.sft_batch))
         if step == student.student_steps:
             M.save(model, out_dir / "student.pt")
             losses["student_loss"] = loss.item()
