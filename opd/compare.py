@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from opd import stats, store
+from opd.outputs import analysis_path
 
-VERDICTS = Path("analysis") / "verdicts.parquet"
+VERDICTS = Path(analysis_path(".", "verdicts"))  # analysis/verdicts.parquet, in a results directory
 
 
 class Unreadable(Exception):

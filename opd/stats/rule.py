@@ -173,14 +173,14 @@ def draw_verdicts(heldout: pd.DataFrame, baseline: str, *, tau: float, n_draws: 
     return res[cols].sort_values(["student", "config", "draw"], ignore_index=True)
 
 
-# rule -> the verdict table's columns of its interval and its verdict (opd.stats.verdict_table), and its name
+# rule -> the verdict table's columns of its interval and its verdict (opd.stats.verdicts), and its name
 RULE_COLUMNS = {"paper": ("ci_lo", "ci_hi", "verdict"), "seeds": ("ci_lo_seeds", "ci_hi_seeds", "verdict_seeds")}
 RULE_NAMES = {"paper": "paper's rule (problems only)", "seeds": "seed-aware rule"}
 Z95 = 1.959964  # the standard normal's 97.5% point: a 95% interval is +- Z95 standard errors
 
 
 def regeneration_agreement(first: pd.DataFrame, second: pd.DataFrame, rule: str = "seeds") -> pd.DataFrame:
-    """Two verdict tables of one experiment (opd.stats.verdict_table: the committed results and a regeneration,
+    """Two verdict tables of one experiment (opd.stats.verdicts: the committed results and a regeneration,
     say), row by row: per (student, config) both Delta and both verdicts under `rule`, `within` (the second Delta
     lies inside the first's interval: the regeneration reproduced the result within what the first stated), and
     `ci_lo_1`, `ci_hi_1` (the first's interval), `z`, the change in log(1 + Delta) over the root sum of squares of both standard errors, each read from its 95%
