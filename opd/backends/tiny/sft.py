@@ -82,6 +82,18 @@ class NoStudent(RuntimeError):
     pass
 
 
+def sft_start(student: Student, task_seed: int, seed: int):
+    """Either recipe's start, in one order of random draws: (train and held-out problems, the model, AdamW at
+    `sft_lr`, its schedule - linear warm-up, then cosine decay to a tenth over `teacher_steps` - and the batches'
+    generator)."""
+    torch.manual_seed(seed)
+    train, heldout = make_task(task_seed)
+    model = M.Decoder(model_config(student))
+    opt = torch.optim.AdamW(model.parameters(), lr=student.sft_lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(student.teacher_steps))
+    return train, heldout, model, opt, sched, np.random.default_rng([seed, 7])
+
+
 def sft_step(model: M.Decoder, opt, sched, train, idx) -> torch.Tensor:
     """One SFT step of either recipe on the training problems `idx` (gradient clipped to 1.0); its loss."""
     loss = sft_loss(model, train.prompts(idx), train.solutions(idx))
@@ -108,12 +120,7 @@ def train_converged(student: Student | dict, task_seed: int, seed: int, out_dir,
     c = student.converge
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    train, heldout = make_task(task_seed)
-    model = M.Decoder(model_config(student))
-    opt = torch.optim.AdamW(model.parameters(), lr=student.sft_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(student.teacher_steps))
-    rng = np.random.default_rng([seed, 7])
+    train, heldout, model, opt, sched, rng = sft_start(student, task_seed, seed)
     rows, ces, saved = [], [], {}
     bar = Progress(label, c.max_steps, "step")
     plateau = False
@@ -166,14 +173,8 @@ def train_base(student: Student | dict, task_seed: int, seed: int, out_dir, labe
     student = Student.of(student)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    train, _ = make_task(task_seed)
-    model = M.Decoder(model_config(student))
-    opt = torch.optim.AdamW(model.parameters(), lr=student.sft_lr, weight_decay=0.0)
+    train, _, model, opt, sched, rng = sft_start(student, task_seed, seed)
     total = student.teacher_steps
-    # linear warm-up, then cosine decay to a tenth over the teacher's whole schedule
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total))
-    rng = np.random.default_rng([seed, 7])
     losses = {}
     bar = Progress(label, total, "step")
     for step in range(1, total + 1):
