@@ -18,8 +18,8 @@ import yaml
 
 from opd import backends
 from opd.errors import ConfigError
-from opd.rows import Row
-from opd.spec import Experiment, Run, Sequential, Settings, Student, draw_of, spec_text
+from opd.rows import FIELD_TYPES, PLACEMENT_FIELDS, QUANT_FIELDS, Row
+from opd.spec import Edge, Experiment, Run, Sequential, Settings, Student, draw_of, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -246,29 +246,44 @@ def validate(cfg: dict, lines: Lines = NO_LINES) -> None:
     errors = [f"{_where(cfg, p, lines)}: {_get(cfg, p)} is not a finite number (NaN and infinity are refused)"
               for p in _nonfinite(cfg)]
     for e in sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path))):
-        msg = e.message
         if not _finite(e.instance):
             continue  # named above
-        if e.validator == "pattern" and e.schema is _validator().schema["$defs"]["name"]:
-            msg = (f"{_q(e.instance)} is not a name: letters, digits, '_' and '-' only, starting with a letter "
-                   f"or digit (no line break)")
-        elif e.validator == "maxLength":
-            msg = f"{len(e.instance)} characters, more than the {e.validator_value} allowed"
-        elif e.validator == "oneOf" and e.context:  # the alternative that got deepest into the value says what is wrong
-            msg = max(e.context, key=lambda c: len(c.relative_path)).message
-        if e.validator == "additionalProperties":
-            known = e.schema.get("properties")
-            unknown = [k for k in e.instance if known is not None and k not in known]
-            msg = ("; ".join(f"unknown key: {_q(k)}{did_you_mean(k, known)}" for k in unknown) if unknown else
-                   "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
-                       " was unexpected", ""))
-        elif e.validator == "enum" and isinstance(e.instance, str):
-            msg += did_you_mean(e.instance, e.validator_value)
-        errors.append(f"{_where(cfg, e.absolute_path, lines)}: {msg}")
+        errors.append(f"{_where(cfg, e.absolute_path, lines)}: {_message(e)}")
     if not errors:
         errors = cross_field_errors(cfg, lines)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+
+
+def _message(e: jsonschema.ValidationError) -> str:
+    """A schema error's message as this project words it (names, lengths, unknown keys and enums with the closest
+    valid names)."""
+    msg = e.message
+    if e.validator == "pattern" and e.schema is _validator().schema["$defs"]["name"]:
+        msg = (f"{_q(e.instance)} is not a name: letters, digits, '_' and '-' only, starting with a letter "
+               f"or digit (no line break)")
+    elif e.validator == "maxLength":
+        msg = f"{len(e.instance)} characters, more than the {e.validator_value} allowed"
+    elif e.validator == "oneOf" and e.context:  # the alternative that got deepest into the value says what is wrong
+        msg = max(e.context, key=lambda c: len(c.relative_path)).message
+    if e.validator == "additionalProperties":
+        known = e.schema.get("properties")
+        unknown = [k for k in e.instance if known is not None and k not in known]
+        msg = ("; ".join(f"unknown key: {_q(k)}{did_you_mean(k, known)}" for k in unknown) if unknown else
+               "unknown key: " + msg.split("(", 1)[-1].rstrip(")").replace(" were unexpected", "").replace(
+                   " was unexpected", ""))
+    elif e.validator == "enum" and isinstance(e.instance, str):
+        msg += did_you_mean(e.instance, e.validator_value)
+    return msg
+
+
+def row_schema_errors(row: dict) -> list[tuple[str, str]]:
+    """(field, why) for each way one row (config.yaml's mapping) breaks the schema's row definition: the check a
+    configured row passes within the whole config, for the rows an edge makes (adaptive_errors)."""
+    v = _validator()
+    sub = v.evolve(schema={"$ref": "#/$defs/row", "$defs": v.schema["$defs"]})
+    return [(".".join(map(str, e.absolute_path)) or "(row)", _message(e))
+            for e in sorted(sub.iter_errors(row), key=lambda e: list(map(str, e.absolute_path)))]
 
 
 def _get(cfg, path):
@@ -316,36 +331,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                     "" if other == r.name else f" ({other!r}: names that differ in case only are one folder on "
                                                f"a case-insensitive filesystem)"))
             seen.setdefault(r.name.lower(), i)
-            for s in r.students or ():
-                if s not in students:
-                    errors.append(f"{where}, field 'students': unknown student {s!r}; known: {sorted(students)}")
-            for s in r.students_or(first):
-                n = students.get(s, {}).get("layers")
-                for layer in r.bf16_layers:
-                    if n is not None and not -n <= layer < n:
-                        errors.append(f"{where}, field 'bf16_layers': layer {layer} out of range for student "
-                                      f"{s!r} with {n} layers")
-                if n is not None and len({i % n for i in r.bf16_layers}) >= n:
-                    errors.append(f"{where}, field 'bf16_layers': keeps every layer of student {s!r} in BF16, "
-                                  f"so the row quantizes nothing")
-            if r.reference is not None:
-                target = next((x for x in matrix if x.name == r.reference), None)
-                if target is None or r.reference == r.name:
-                    errors.append(f"{where}, field 'reference': {r.reference!r} is not another row of the experiment")
-                elif target.algorithm != "opd":
-                    errors.append(f"{where}, field 'reference': {r.reference!r} is an RL row; Δ compares OPD runs")
-                else:
-                    missing = set(r.students_or(first)) - set(target.students_or(first))
-                    if missing:
-                        errors.append(f"{where}, field 'reference': row {r.reference!r} does not run student(s) "
-                                      f"{sorted(missing)}, so there is nothing to compare with")
-            errors += [f"{where}, field 'guard.{f}': {why}" for f, why in guard_errors(r, e.get("train", {}))]
-            errors += [f"{where}, field 'seeds': {why}" for why in draw_errors(r, matrix, e)]
-            if r.noise_redraw and not r.noise_sigma:
-                errors.append(f"{where}, field 'noise_redraw': redraws the noise direction but the row has no "
-                              f"noise_sigma")
-            if r.bf16_layers and r.weights == r.activations == r.kv_cache == "none":
-                errors.append(f"{where}, field 'bf16_layers': keeps layers in BF16 but the row quantizes nothing")
+            errors += [f"{where}, field {f!r}: {why}" for f, why in row_errors(r, matrix, e)]
         t = e.get("train", {})
         window = e.get("infra", {}).get("window")
         if window and not (0 <= window[0] < min(window[1], t.get("steps", window[1]))):
@@ -377,7 +363,7 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                           f"{row_label(exp, i, e['rows'][i]['name'], lines)}, field {field!r}: {e['backend']} backend: "
                           f"{why}")
         if matrix and len(baselines) == 1:
-            errors += adaptive_errors(exp, e, matrix, lines)
+            errors += adaptive_errors(exp, e, matrix, lines, cfg)
         errors += frozen_rules_errors(exp, e, matrix)
         if matrix and baselines:
             base = next(r for r in matrix if r.baseline)
@@ -386,6 +372,46 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
                 errors.append(f"{row_label(exp, matrix.index(base), base.name, lines)}, field 'students': the "
                               f"baseline must cover every student other rows use; missing {sorted(missing)}")
     return errors
+
+
+def row_errors(r: Row, matrix: list[Row], e: dict) -> list[tuple[str, str]]:
+    """(field, why) for each cross-field problem of one row of experiment `e` (config.yaml's mapping), `matrix` its
+    rows: the checks every row passes, a configured one or an edge's (adaptive_errors)."""
+    students, first = e["students"], next(iter(e["students"]))
+    out = []
+    for s in r.students or ():
+        if s not in students:
+            out.append(("students", f"unknown student {s!r}; known: {sorted(students)}"))
+    for s in r.students_or(first):
+        n = students.get(s, {}).get("layers")
+        for layer in r.bf16_layers:
+            if n is not None and not -n <= layer < n:
+                out.append(("bf16_layers", f"layer {layer} out of range for student {s!r} with {n} layers"))
+        if n is not None and len({i % n for i in r.bf16_layers}) >= n:
+            out.append(("bf16_layers", f"keeps every layer of student {s!r} in BF16, so the row quantizes nothing"))
+    if r.reference is not None:
+        target = next((x for x in matrix if x.name == r.reference), None)
+        if target is None or r.reference == r.name:
+            out.append(("reference", f"{r.reference!r} is not another row of the experiment"))
+        elif target.algorithm != "opd":
+            out.append(("reference", f"{r.reference!r} is an RL row; Δ compares OPD runs"))
+        else:
+            missing = set(r.students_or(first)) - set(target.students_or(first))
+            if missing:
+                out.append(("reference", f"row {r.reference!r} does not run student(s) {sorted(missing)}, so there "
+                                         f"is nothing to compare with"))
+    out += [(f"guard.{f}", why) for f, why in guard_errors(r, e.get("train", {}))]
+    out += [("seeds", why) for why in draw_errors(r, matrix, e)]
+    if r.noise_redraw and not r.noise_sigma:
+        out.append(("noise_redraw", "redraws the noise direction but the row has no noise_sigma"))
+    if r.bf16_layers and not r.quantizes:
+        out.append(("bf16_layers", "keeps layers in BF16 but the row quantizes nothing"))
+    if "quant_alpha" in r.given and not r.quantizes:
+        out.append(("quant_alpha", "interpolates between the BF16 engine and the row's quantized one, but the row "
+                                   "quantizes nothing" + (" (noise_sigma is weight noise, not a quantization)"
+                                                          if r.noise_sigma else "")
+                    + "; give it weights, activations or kv_cache"))
+    return out
 
 
 def converge_errors(st: dict, backend: str) -> list[tuple[str, str]]:
@@ -445,9 +471,10 @@ def frozen_rules_errors(exp: str, e: dict, matrix: list[Row]) -> list[str]:
     return errors
 
 
-def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINES) -> list[str]:
+def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINES, cfg: dict | None = None) -> list[str]:
     """The adaptive design's checks (opd.plan): `seeds: sequential` rows and `edges` against the experiment's
-    `sequential` rule, its baseline and its students."""
+    `sequential` rule, its baseline and its students; each edge's dial, bracket and fixed fields (edge_errors; with
+    `cfg`, the backend's checks of its rows too)."""
     from opd.stats import sequential_problem
     errors = []
     first = next(iter(e["students"]))
@@ -507,7 +534,71 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
             elif st not in base.students_or(first):
                 errors.append(f"{where}, field 'students': the baseline {base.name!r} does not run {st!r}, so its "
                               f"values have nothing to be compared with")
+        if lo < hi:
+            errors += [f"{where}, field {f!r}: {why}" for f, why in edge_errors(exp, e, x, matrix, cfg)]
     return errors
+
+
+def edge_errors(exp: str, e: dict, x: dict, matrix: list[Row], cfg: dict | None = None) -> list[tuple[str, str]]:
+    """(field, why) for one edge's dial (opd.plan.DIALS: an integer dial's bracket is integers; the bracket inside the
+    dial's range) and its `fixed` fields (row fields other than its own field and the placement fields; a quant_alpha
+    edge names a quantization). Its rows at the bracket's two ends, built as the plan builds them
+    (opd.plan.edge_fields), then pass the checks a configured row passes: the schema's row definition, row_errors,
+    being a budget row (plain OPD, the experiment's own settings: an edge bisects a budget) and, with `cfg`, the
+    backend's (opd.backends.CONFIG_CHECKS). A problem of a fixed field is named `fixed.<field>`, of the edge's own
+    field `bracket`."""
+    from opd import plan as P
+    field, fixed = x["field"], x.get("fixed") or {}
+    dial = P.DIALS[field]
+    out = []
+    if dial.integer and not all(isinstance(v, int) and not isinstance(v, bool) for v in x["bracket"]):
+        out.append(("bracket", f"{x['bracket']}: {field} is an integer dial, so the bracket's ends are integers"))
+    elif not all(dial.inside(v) for v in x["bracket"]):
+        out.append(("bracket", f"{x['bracket']} leaves {field}'s range, {dial.span}"))
+    computed = [k for k in FIELD_TYPES if k not in ("name", *PLACEMENT_FIELDS)]
+    for k in fixed:
+        if k == field:
+            out.append((f"fixed.{k}", "the edge's own field: the bisection chooses its values"))
+        elif k == "name" or k in PLACEMENT_FIELDS:
+            out.append((f"fixed.{k}", "says where or how a row runs, not what it computes: an edge's rows are named "
+                                      "<edge>-<value>, run the edge's students and its seeds, against the baseline"))
+        elif k not in FIELD_TYPES:
+            out.append((f"fixed.{k}", f"not a row field{did_you_mean(k, computed)}"))
+    if field == "quant_alpha" and not any(fixed.get(k, "none") != "none" for k in QUANT_FIELDS):
+        out.append(("fixed", "a quant_alpha edge dials a quantization from the BF16 engine to the recipes': give "
+                             "`fixed` weights, activations or kv_cache (e.g. {weights: nvfp4, activations: nvfp4})"))
+    if out:
+        return out
+    edge = Edge.of(x)
+
+    def named(f):
+        return f"fixed.{f}" if f in fixed else "bracket" if f == field else f
+    found, rows = [], []  # (field, why, value) of each end's row; the rows that passed, (value, mapping)
+    ends = list(dict.fromkeys(dial.snap(b) for b in x["bracket"]))
+    for v in ends:
+        d = P.edge_fields(edge, [s for s in x["students"] if s in e["students"]], v, "sequential" in e)
+        bad = row_schema_errors(d)
+        found += [(named(f.split(".")[0]), why, v) for f, why in bad]
+        if bad:
+            continue
+        r = Row.of(d)
+        found += [(named(f.split(".")[0]), why, v) for f, why in row_errors(r, matrix, e)]
+        if not r.in_budget:
+            found.append((named(next((k for k in ("algorithm", "variant", "guard", "lr") if k in fixed), "fixed")),
+                          "an edge bisects a budget, so its rows are plain OPD engines with the experiment's own "
+                          "training settings (no RL algorithm, update variant, guard or lr of their own)", v))
+            continue
+        rows.append((v, d))
+    if cfg is not None and rows:  # the backend's checks, as of the configured rows (each end's row alone)
+        sub = {**cfg, "experiments": {**cfg["experiments"], exp: {**e, "rows": [d for _, d in rows]}}}
+        found += [(named(f.split(".")[0]), f"{e['backend']} backend: {why}", rows[i][0])
+                  for i, f, why in backends.config_errors(sub, exp) if i is not None]
+    # a problem of every end's row is said once; one of some ends names the value of each
+    for f, why in dict.fromkeys((f, why) for f, why, _ in found):
+        at = [v for g, w, v in found if (g, w) == (f, why)]
+        out.append((f, why if len(set(at)) == len(ends) else
+                    f"{why} (its row at {field} = {', '.join(f'{v:g}' for v in dict.fromkeys(at))})"))
+    return out
 
 
 def highlighted(cfg: dict) -> tuple[str, ...]:

@@ -3,10 +3,11 @@
 - Sequential seeds: a row with `seeds: sequential` runs the experiment's `sequential.start_seeds` seeds, then one
   more seed while the seed-aware interval of its Delta straddles tau, up to `max_seeds`
   (opd.calibration.SequentialRule and next_seeds: the pre-registered rule and its simulated error rates).
-- Bisected edges: an `edges` entry trains rows of one numeric engine field (noise_sigma) at its bracket's two ends,
-  then at the geometric midpoint of the largest passing and the smallest failing value, until the two values' D are
-  within `factor` or `max_rows` values have run, on each of its students alone. A value's verdict is the seed-aware
-  rule's on its (sequential, where the experiment has a rule) seeds.
+- Bisected edges: an `edges` entry trains rows of one engine dial (DIALS: noise_sigma, quant_alpha, or staleness, an
+  integer dial), every row carrying the edge's `fixed` fields besides, at its bracket's two ends, then at the
+  geometric midpoint of the largest passing and the smallest failing value, until the two values' D are within
+  `factor` or `max_rows` values have run, on each of its students alone. A value's verdict is the seed-aware rule's
+  on its (sequential, where the experiment has a rule) seeds.
 
 The plan is a pure function of the configuration and the results on disk: `planned` replays every decision from
 the complete runs each time the DAG is built, so the same results give the same next runs, a killed round resumes
@@ -29,7 +30,7 @@ import pandas as pd
 
 from opd import calibration as cal
 from opd import stats
-from opd.rows import SEQUENTIAL, Row
+from opd.rows import ENGINE_FIELDS, SEQUENTIAL, Row
 from opd.spec import Edge, Experiment, results_dir, run_id
 
 def memo_path(experiment: str) -> str:
@@ -45,11 +46,35 @@ def decisions_path(out: str | Path) -> Path:
     return Path(out) / "analysis" / analysis_file("plan_decisions.json")
 
 
-# the row family (opd.rows.Row.family) of an edge's field: the grid an edge is compared with is the experiment's own
-# rows of that family (and the baseline); the schema's `field` enum lists the same fields
-FIELD_FAMILY = {"noise_sigma": "noise"}
 MEMO_VERSION = 1  # raise it when a decision's computation changes (opd.stats, opd.calibration, _decide)
 DIGITS = 4  # an edge value's significant digits: its row name and the value trained are the same number
+
+
+class Dial(NamedTuple):
+    """A row field an edge may bisect: whether its values are integers, the range they stay in (inclusive; a
+    geometric bisection never reaches 0), and that range in words."""
+    integer: bool = False
+    lo: float = 0.0
+    hi: float = float("inf")
+    span: str = "above 0"
+
+    def snap(self, v: float):
+        """The value a row trains for a point `v` of the axis: DIGITS significant digits (an integer dial: the nearest
+        integer, halves up), inside the dial's range."""
+        x = int(np.floor(v + 0.5)) if self.integer else rounded(v)
+        if x < self.lo:
+            return int(self.lo) if self.integer else self.lo
+        return self.hi if x > self.hi else x
+
+    def inside(self, v: float) -> bool:
+        return self.lo <= v <= self.hi
+
+
+# The dials an edge bisects (config schema's `field` enum lists the same): noise_sigma (fixed-direction weight noise,
+# or redrawn with fixed noise_redraw), quant_alpha (the row's quantization taken a fraction of the way from BF16: in
+# (0, 1], so a bisection never goes past 1) and staleness (an integer k >= 1; k = 0 is the synchronous engine)
+DIALS = {"noise_sigma": Dial(), "quant_alpha": Dial(hi=1.0, span="(0, 1]"),
+         "staleness": Dial(integer=True, lo=1, span="the integers from 1 (0 is the synchronous engine)")}
 
 
 # ---------------------------------------------------------------- what the plan reads: the complete runs' results
@@ -251,13 +276,32 @@ def rounded(v: float) -> float:
     return float(f"{v:.{DIGITS}g}")
 
 
+def edge_fields(edge: Edge, students, value, sequential: bool) -> dict:
+    """An edge's row at one value as config.yaml would write it: named `<edge>-<value>`, the edge's `fixed` fields
+    and its own field at `value`, on `students` (left out where none), sequential where the experiment has a rule."""
+    fixed = edge.fixed_fields
+    with_ = f" with {', '.join(f'{k} = {v}' for k, v in fixed.items())}" if fixed else ""
+    return {"name": f"{edge.name}-{value_text(value)}", **edge.row_fields(value),
+            **({"students": list(students)} if len(students) else {}),
+            **({"seeds": SEQUENTIAL} if sequential else {}),
+            "description": f"edge {edge.name!r}: {edge.field} = {value:g}{with_}, bisected (opd.plan)"}
+
+
 def edge_row(e: Experiment, edge: Edge, students, value: float) -> Row:
     """The row an edge trains at one value on the students whose bisection reached it (sequential where the
-    experiment has a rule): one row per value, as a configured row runs several students."""
-    fields = {"name": f"{edge.name}-{value_text(value)}", edge.field: value, "students": list(students),
-              **({"seeds": SEQUENTIAL} if e.sequential else {}),
-              "description": f"edge {edge.name!r}: {edge.field} = {value:g}, bisected (opd.plan)"}
-    return Row.of(fields)
+    experiment has a rule): one row per value, as a configured row runs several students; it carries the edge's
+    `fixed` fields besides its own field's value (edge_fields)."""
+    return Row.of(edge_fields(edge, students, value, e.sequential is not None))
+
+
+def axis_rows(e: Experiment, edge: Edge) -> list[Row]:
+    """The experiment's own rows on an edge's axis (the grid it is compared with): the baseline and the budget rows no
+    edge made whose engine is the edge's rows' but for the edge's field (the same numerics and staleness otherwise:
+    the fixed-direction noise rows for a noise_sigma edge, the same recipes for a quant_alpha edge)."""
+    like = edge_row(e, edge, (), edge.bracket[0])
+    same = [k for k in ENGINE_FIELDS if k != edge.field]
+    return [r for r in e.rows if r.in_budget and not e.is_edge_row(r)
+            and (r.baseline or all(getattr(r, k) == getattr(like, k) for k in same))]
 
 
 class EdgeStep(NamedTuple):
@@ -270,8 +314,10 @@ class EdgeStep(NamedTuple):
 class EdgeState(NamedTuple):
     """A bisected edge on one student: the values in the order the bisection chose them, the bracket [largest
     passing, smallest failing] value so far (NaN where that side has none) with their D, and why it stopped
-    (None while running): `factor` (the bracket's D within the edge's factor), `max_rows`, or `digits` (the
-    midpoint rounds onto a value already run)."""
+    (None while running): `factor` (the bracket's D within the edge's factor), `max_rows`, `digits` (the
+    midpoint rounds onto a value already run), `adjacent` (an integer dial's bracket ends are adjacent integers:
+    no value lies between them) or `range` (the next value lies past the dial's range, DIALS, and its end has run:
+    the edge lies beyond it)."""
     edge: str
     student: str
     steps: tuple[EdgeStep, ...]
@@ -298,11 +344,13 @@ def _bracket(steps):
 def edge_state(e: Experiment, edge: Edge, student: str, results: Results, floors=None) -> EdgeState:
     """Replays the bisection of one edge on one student from the results: the bracket's two ends first; then,
     once every value so far is decided, the next value: the geometric midpoint of the bracket, or beyond the end
-    that does not straddle the edge by the bracket's ratio; until the bracket's D are within edge.factor or
-    edge.max_rows values have run. Undecided values are the frontier the next runs train. `floors`: {(row,
-    student): seeds at least} (near_edge)."""
+    that does not straddle the edge by the bracket's ratio, each snapped to its dial (Dial.snap: 4 significant
+    digits, an integer, inside the dial's range); until the bracket's D are within edge.factor or edge.max_rows
+    values have run (or no new value is left: `digits`, `adjacent`, `range`). Undecided values are the frontier
+    the next runs train. `floors`: {(row, student): seeds at least} (near_edge)."""
     floors = floors or {}
-    lo0, hi0 = (rounded(v) for v in edge.bracket)
+    dial = DIALS[edge.field]
+    lo0, hi0 = (dial.snap(v) for v in edge.bracket)
     ratio = hi0 / lo0
     values = [lo0, hi0]
     while True:
@@ -317,14 +365,17 @@ def edge_state(e: Experiment, edge: Edge, student: str, results: Results, floors
             return EdgeState(edge.name, student, tuple(steps), *bracket, "factor")
         if len(values) >= edge.max_rows:
             return EdgeState(edge.name, student, tuple(steps), *bracket, "max_rows")
+        if lo and hi and dial.integer and hi.value - lo.value <= 1:
+            return EdgeState(edge.name, student, tuple(steps), *bracket, "adjacent")
         if lo and hi:
-            nxt = rounded(np.sqrt(lo.value * hi.value))
+            point = np.sqrt(lo.value * hi.value)
         elif hi:  # every value below the smallest failing one fails: look lower
-            nxt = rounded(min(values) / ratio)
+            point = min(values) / ratio
         else:  # nothing fails: look higher
-            nxt = rounded(max(values) * ratio)
+            point = max(values) * ratio
+        nxt = dial.snap(point)
         if nxt in values:
-            return EdgeState(edge.name, student, tuple(steps), *bracket, "digits")
+            return EdgeState(edge.name, student, tuple(steps), *bracket, "digits" if dial.inside(point) else "range")
         values.append(nxt)
 
 

@@ -150,16 +150,27 @@ def kv_attribution_cases(n_layers: int, parts=tuple(KV_PARTS)) -> list[tuple[str
         [("all_but", i, (i,), "kv") for i in range(n_layers)]
 
 
+def interpolate(x: torch.Tensor, q: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """x + alpha (q - x) in x's dtype: a quantization `q` of `x` taken a fraction alpha of the way (a row's
+    `quant_alpha`). alpha = 1 returns `q` itself (the recipe bit for bit); below 1 the step is computed in FP32 and
+    cast to x's dtype once, so alpha -> 0 returns x cast to its own dtype (the unquantized engine's value)."""
+    if alpha == 1:
+        return q
+    xf = x.float()
+    return (xf + alpha * (q.float() - xf)).to(x.dtype)
+
+
 def engine_weights(state: dict, *, weights: str = "none", noise_sigma: float = 0.0, noise_seed: int = 0,
-                   bf16_layers=(), n_layers: int) -> dict:
+                   bf16_layers=(), n_layers: int, quant_alpha: float = 1.0) -> dict:
     """Apply a row's weight numerics to a state dict: fixed-direction noise on every tensor, then the
-    weight recipe on the 2-D projection weights of decoder layers not kept in BF16."""
+    weight recipe on the 2-D projection weights of decoder layers not kept in BF16, taken `quant_alpha` of the
+    way from the (noised) weights to their quantization (interpolate; 1: the recipe as it is)."""
     keep = resolve_layers(bf16_layers, n_layers)
     out = {}
     for name, w in state.items():
         x = gaussian_noise(w, noise_sigma, name, noise_seed) if noise_sigma else w
         li = layer_index(name)
         if weights != "none" and x.dim() == 2 and li is not None and li not in keep:
-            x = quantize_weight(x, weights)
+            x = interpolate(x, quantize_weight(x, weights), quant_alpha)
         out[name] = x
     return out

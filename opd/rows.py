@@ -16,7 +16,10 @@ from dataclasses import dataclass, field, fields, replace
 SEQUENTIAL = "sequential"  # a row's `seeds` when the experiment's sequential rule chooses them
 PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 # What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
-ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw")
+ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "quant_alpha", "staleness", "noise_sigma",
+                 "noise_redraw")
+# The fields that quantize (a recipe of opd.recipes.RECIPES each): what quant_alpha interpolates towards.
+QUANT_FIELDS = ("weights", "activations", "kv_cache")
 
 
 def _unset(v) -> bool:
@@ -77,6 +80,9 @@ class Row:
     activations: str = "none"  # an activation recipe: the inputs of the quantized layers' linear layers
     kv_cache: str = "none"  # a KV-cache recipe of opd.recipes.RECIPES
     bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
+    # the recipes' dial: every quantization becomes x_bf16 + quant_alpha (Q(x) - x_bf16) (1: the recipes as they are;
+    # towards 0: the BF16 engine; tiny backend only)
+    quant_alpha: float = 1.0
     staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
     noise_sigma: float = 0.0  # fixed-direction Gaussian weight noise, relative to each tensor's RMS
     noise_redraw: bool = False  # the noise direction drawn afresh at every step (same size, no persistent bias)
@@ -182,6 +188,11 @@ class Row:
         return tuple(getattr(self, k) for k in ENGINE_FIELDS)
 
     @property
+    def quantizes(self) -> bool:
+        """Whether a recipe quantizes something (weights, activations or the KV cache): what quant_alpha acts on."""
+        return any(getattr(self, k) != "none" for k in QUANT_FIELDS)
+
+    @property
     def has_standard_numerics(self) -> bool:
         """The standard engine's numerics (no recipe, no noise), whatever the staleness."""
         return self.weights == "none" and self.activations == "none" and self.kv_cache == "none" and self.noise_sigma == 0
@@ -234,6 +245,7 @@ def _plain(v):
 ROW_DEFAULTS = {f.name: _plain(f.default) for f in fields(Row)
                 if f.name not in ("name", "given", "students", "seeds", "description")}
 # How a value read back from Parquet is restored (None: as it is; lists become tuples).
-FIELD_TYPES = {"name": str, "weights": str, "activations": str, "kv_cache": str, "bf16_layers": None, "staleness": int,
-               "noise_sigma": float, "noise_redraw": bool, "algorithm": str, "variant": str, "speculative": bool, "baseline": bool,
-               "lr": float, "reference": str, "guard": Guard.of, "students": None, "seeds": None, "description": str}
+FIELD_TYPES = {"name": str, "weights": str, "activations": str, "kv_cache": str, "bf16_layers": None,
+               "quant_alpha": float, "staleness": int, "noise_sigma": float, "noise_redraw": bool, "algorithm": str,
+               "variant": str, "speculative": bool, "baseline": bool, "lr": float, "reference": str, "guard": Guard.of,
+               "students": None, "seeds": None, "description": str}

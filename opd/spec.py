@@ -331,16 +331,41 @@ class Sequential(Written):
 
 @dataclass(frozen=True)
 class Edge(Written):
-    """A budget edge found by bisection (opd.plan.edge_values): rows of `field` at the bracket's ends, then at the
-    geometric midpoint of the largest passing and the smallest failing value until their D are within
-    `factor` or `max_rows` values have run, on each student alone."""
+    """A budget edge found by bisection (opd.plan.edge_state): rows of `field` (a dial of opd.plan.DIALS:
+    noise_sigma, quant_alpha or staleness) at the bracket's ends, then at the geometric midpoint of the largest
+    passing and the smallest failing value until their D are within `factor` or `max_rows` values have run, on
+    each student alone. `fixed`: the other row fields every row of the edge carries, as config.yaml writes them
+    (e.g. {noise_redraw: true}, or the quantization a quant_alpha edge dials), held as ((field, value), ...) so
+    that an Edge stays hashable; `fixed_fields` gives the mapping."""
     name: str
     field: str
     bracket: tuple[float, float]
     students: tuple[str, ...]
+    fixed: tuple[tuple[str, Any], ...] = ()
     factor: float = 1.5
     max_rows: int = 6
     description: str | None = None
+
+    @classmethod
+    def of(cls, m: "Mapping | Edge | None" = None, where: str | None = None) -> "Edge":
+        if isinstance(m, Mapping) and isinstance(m.get("fixed"), Mapping):
+            m = {**m, "fixed": tuple(m["fixed"].items())}  # lists inside become tuples (Written.of)
+        return super().of(m, where)
+
+    @property
+    def fixed_fields(self) -> dict:
+        """`fixed` as the mapping config.yaml writes (lists as lists)."""
+        return {k: _plain(v) for k, v in self.fixed}
+
+    def row_fields(self, value) -> dict:
+        """The computed fields of the edge's row at `value`: `fixed`, then the edge's field at `value`."""
+        return {**self.fixed_fields, self.field: value}
+
+    def written(self) -> dict:
+        out = super().written()
+        if "fixed" in out:
+            out["fixed"] = self.fixed_fields
+        return out
 
 
 @dataclass(frozen=True)

@@ -389,8 +389,8 @@ def step0_statistics(a: Analysis, row: Row, student: str) -> tuple[dict | None, 
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
-_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "staleness", "noise_sigma", "noise_redraw", "algorithm",
-             "variant", "speculative", "lr", "reference", "guard")
+_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "quant_alpha", "staleness", "noise_sigma", "noise_redraw",
+             "algorithm", "variant", "speculative", "lr", "reference", "guard")
 
 
 def changed_fields(analysed: Row, now: Row) -> list[str]:

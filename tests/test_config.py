@@ -395,3 +395,62 @@ def test_a_bootstrap_too_large_to_compute_is_refused_naming_its_field(toy_config
     (the config fuzz found it): it is refused before any job, naming the field."""
     toy_config["experiments"]["toy"]["bootstrap"]["resamples"] = 10_000 * 10**9
     assert "experiment 'toy', field 'bootstrap.resamples': 10000000000000 is greater than the maximum" in err(toy_config)
+
+
+def test_quant_alpha_is_checked_naming_row_and_field_and_refused_on_verl(toy_config):
+    """quant_alpha dials the row's quantization between BF16 (towards 0) and the recipes (1): in (0, 1], on a row
+    that quantizes something (not a noise-only row), and only on the tiny backend."""
+    toy = rows(toy_config)
+    toy.append({"name": "w4a4-a25", "weights": "nvfp4", "activations": "nvfp4", "quant_alpha": 0.25})
+    C.validate(toy_config)
+    n = len(toy)
+    for bad, message in ((0, "0 is less than or equal to the minimum of 0"),
+                         (1.5, "1.5 is greater than the maximum of 1"), ("half", "'half' is not of type 'number'")):
+        toy[-1]["quant_alpha"] = bad
+        assert f"experiment 'toy', row {n} ('w4a4-a25'), field 'quant_alpha': {message}" in err(toy_config)
+    toy[-1] = {"name": "noise-a", "noise_sigma": 0.1, "quant_alpha": 0.5}
+    assert (f"experiment 'toy', row {n} ('noise-a'), field 'quant_alpha': interpolates between the BF16 engine and "
+            f"the row's quantized one, but the row quantizes nothing (noise_sigma is weight noise") in err(toy_config)
+    toy[-1] = {"name": "plain-a", "quant_alpha": 1}  # even at 1: it says nothing without a quantization
+    assert f"row {n} ('plain-a'), field 'quant_alpha': interpolates" in err(toy_config)
+    toy.pop()
+    paper = toy_config["experiments"]["paper"]["rows"]
+    paper.append({"name": "kv-a50", "kv_cache": "fp8_e4m3", "quant_alpha": 0.5})
+    m = err(toy_config)
+    assert (f"experiment 'paper', row {len(paper)} ('kv-a50'), field 'quant_alpha': verl backend: 0.5 asks for an "
+            f"engine between the BF16 one and the row's quantized one") in m and "tiny backend only" in m
+    paper[-1]["quant_alpha"] = 1.0  # the recipes as they are: verl runs them
+    C.validate(toy_config)
+
+
+def test_quant_alpha_is_a_row_field_that_changes_no_existing_row(toy_config):
+    plain = Row.of({"name": "w4a4", "weights": "nvfp4", "activations": "nvfp4"})
+    dialled = Row.of({"name": "w4a4", "weights": "nvfp4", "activations": "nvfp4", "quant_alpha": 0.5})
+    assert plain.quant_alpha == 1.0 and "quant_alpha" not in plain.params()  # a default reaches no spec
+    assert dialled.params()["quant_alpha"] == 0.5 and dialled.family == plain.family == "activations"
+    assert dialled.engine_key != plain.engine_key and dialled.in_budget and not dialled.has_standard_numerics
+    assert plain.resolved()["quant_alpha"] == 1.0 and Row.of(dialled.resolved()).quant_alpha == 0.5  # rows.parquet
+    assert Row.of({k: v for k, v in plain.resolved().items() if k != "quant_alpha"}).quant_alpha == 1.0  # older file
+    for r in [Row.of(x) for x in rows(toy_config)]:
+        assert "quant_alpha" not in r.params() and r.family == Row.of(r.written()).family
+
+
+def test_the_schema_takes_the_dials_and_their_fixed_fields(toy_config):
+    e = toy_config["experiments"]["toy"]
+    e["rows"].append({"name": "kv-a50", "kv_cache": "fp8_e5m2", "bf16_layers": [0], "quant_alpha": 0.5})
+    e["edges"] += [
+        {"name": "redraw-edge", "field": "noise_sigma", "fixed": {"noise_redraw": True}, "bracket": [0.05, 0.5],
+         "students": ["qwen-s"]},
+        {"name": "w4a4-alpha", "field": "quant_alpha", "fixed": {"weights": "nvfp4", "activations": "nvfp4"},
+         "bracket": [0.1, 1], "students": ["qwen-s"]},
+        {"name": "kv-alpha", "field": "quant_alpha", "fixed": {"kv_cache": "fp8_e4m3", "bf16_layers": [0]},
+         "bracket": [0.05, 0.8], "students": ["qwen-s", "qwen-m"]},
+        {"name": "stale-edge", "field": "staleness", "bracket": [1, 16], "students": ["qwen-s"]}]
+    C.validate(toy_config)
+    x = Experiment.of(toy_config).edges
+    assert x[3].fixed_fields == {"kv_cache": "fp8_e4m3", "bf16_layers": [0]} and hash(x[3])
+    assert x[3].written() == e["edges"][3] and x[0].written() == e["edges"][0] and x[0].fixed == ()
+    e["edges"][-1]["fixed"] = ["noise_redraw"]
+    assert "experiment 'toy', field 'edges.4.fixed': ['noise_redraw'] is not of type 'object'" in err(toy_config)
+    e["edges"][-1] = {**e["edges"][-1], "fixed": {}, "field": "lr"}
+    assert "field 'edges.4.field': 'lr' is not one of ['noise_sigma', 'quant_alpha', 'staleness']" in err(toy_config)

@@ -40,10 +40,10 @@ def experiment(toy_config, *, rows=(), sequential=None, edges=(), base_seeds=(0,
 
 class World:
     """Synthetic results: problem KL mu_x; a run of a row with true Delta `delta` has K = mu (1 + delta) x a seed
-    effect (SD run_sd) x a per-problem interaction (SD 0.3), and D = 0.001 + value^2 on an edge."""
+    effect (SD run_sd) x a per-problem interaction (SD 0.3), and D = D_of(row) (default 0.001 + noise_sigma^2)."""
 
-    def __init__(self, delta_of, run_sd=0.02, seed=0):
-        self.delta_of, self.run_sd = delta_of, run_sd
+    def __init__(self, delta_of, run_sd=0.02, seed=0, D_of=lambda r: 0.001 + r.noise_sigma ** 2):
+        self.delta_of, self.run_sd, self.D_of = delta_of, run_sd, D_of
         self.mu = np.random.default_rng(seed).gamma(1.0, 0.05, N)
         self.results = {}
 
@@ -53,7 +53,7 @@ class World:
         rng = np.random.default_rng([zlib.crc32(f"{row}.{student}".encode()), int(s[1:])])
         k = (self.mu * (1 + self.delta_of(r)) * np.exp(rng.normal(0, self.run_sd))
              * np.exp(rng.normal(0, 0.3, N) - 0.045))
-        return P.RunResult(pd.Series(k, index=np.arange(N)), 0.001 + r.noise_sigma ** 2)
+        return P.RunResult(pd.Series(k, index=np.arange(N)), self.D_of(r))
 
     def train(self, plan, only=None):
         """Train what the plan has pending (or the runs `only` names): the results a round would leave."""
@@ -214,6 +214,86 @@ def test_an_edge_outside_its_bracket_is_looked_for_beyond_it_and_stops_at_max_ro
     assert x.stopped == "max_rows" and np.isnan(x.hi)
 
 
+STALE = {"name": "stale", "field": "staleness", "bracket": [1, 16], "students": ["qwen-s"], "factor": 1.01,
+         "max_rows": 10}
+
+
+def test_a_staleness_edge_bisects_on_integers_and_stops_when_its_ends_are_adjacent(toy_config):
+    """An integer dial: every value is an integer (the geometric midpoint rounded, halves up), its row trains that k,
+    and the bisection stops once the largest pass and the smallest fail are adjacent integers (D's factor 7/6 is
+    still above the edge's 1.01)."""
+    e = experiment(toy_config, edges=[STALE])
+    world = World(lambda r: 0.0 if r.staleness <= 5 else 1.0, run_sd=0.01, D_of=lambda r: 0.001 * (1 + r.staleness))
+    x = calibrate(e, world)[-1].edges[0]
+    values = [s.value for s in x.steps]
+    assert values == [1, 16, 4, 8, 6, 5] and all(type(v) is int for v in values)
+    for i in range(2, len(values)):  # each next value: the geometric midpoint of the bracket before it, rounded
+        lo, hi = P._bracket(x.steps[:i])
+        assert values[i] == int(np.floor(np.sqrt(lo.value * hi.value) + 0.5))
+    assert (x.lo, x.hi, x.stopped) == (5, 6, "adjacent")
+    for s in x.steps:
+        assert s.row.name == f"stale-{s.value}" and s.row.staleness == s.value and s.row.params() == {
+            "name": s.row.name, "staleness": s.value}
+        assert s.row.family == "staleness" and s.row.in_budget
+
+
+def test_a_staleness_edge_failing_everywhere_stops_at_k_1(toy_config):
+    e = experiment(toy_config, edges=[{**STALE, "bracket": [2, 8]}])
+    x = calibrate(e, World(lambda r: 0.0 if r.baseline else 1.0, run_sd=0.01,
+                           D_of=lambda r: 0.001 * (1 + r.staleness)))[-1].edges[0]
+    assert [s.value for s in x.steps] == [2, 8, 1] and x.stopped == "range" and np.isnan(x.lo)
+
+
+ALPHA = {"name": "w4a4", "field": "quant_alpha", "fixed": {"weights": "nvfp4", "activations": "nvfp4"},
+         "bracket": [0.1, 1], "students": ["qwen-s"], "factor": 1.5, "max_rows": 8}
+
+
+def test_a_quant_alpha_edge_bisects_inside_0_1_on_rows_that_carry_its_fixed_fields(toy_config):
+    e = experiment(toy_config, edges=[ALPHA])
+    world = World(lambda r: 0.0 if r.baseline else TAU * (r.quant_alpha / 0.45) ** 2, run_sd=0.01,
+                  D_of=lambda r: 0.001 + (0.05 * r.quant_alpha) ** 2 if r.quantizes else 0.001)
+    plans = calibrate(e, world)
+    x = plans[-1].edges[0]
+    values = [s.value for s in x.steps]
+    assert values[:2] == [0.1, 1.0] and all(0 < v <= 1 for v in values) and len(values) == len(set(values))
+    for i in range(2, len(values)):
+        lo, hi = P._bracket(x.steps[:i])
+        assert values[i] == P.rounded(np.sqrt(lo.value * hi.value))
+    assert x.stopped == "factor" and x.D_hi <= 1.5 * x.D_lo and x.lo < 0.45 * 1.1 and x.hi > 0.45 * 0.9
+    for s in x.steps:
+        r = s.row
+        assert r.name == f"w4a4-{P.value_text(s.value)}" and r.quant_alpha == s.value
+        assert r.params() == {"name": r.name, "weights": "nvfp4", "activations": "nvfp4", "quant_alpha": s.value}
+        assert r.family == "activations" and r.in_budget and "weights = nvfp4" in r.description
+    assert [r.name for r in P.axis_rows(plans[-1].experiment, plans[-1].experiment.edges[0])] == ["bf16"]
+
+
+def test_a_quant_alpha_edge_passing_everywhere_stops_at_1(toy_config):
+    e = experiment(toy_config, edges=[{**ALPHA, "bracket": [0.1, 0.5]}],
+                   rows=[{"name": "grid-w4a4", "weights": "nvfp4", "activations": "nvfp4"},
+                         {"name": "other", "weights": "nvfp4"}])
+    end = calibrate(e, World(lambda r: 0.0, run_sd=0.01, D_of=lambda r: 0.001 + 0.01 * r.quant_alpha))[-1]
+    x = end.edges[0]
+    assert [s.value for s in x.steps] == [0.1, 0.5, 1.0] and x.stopped == "range" and np.isnan(x.hi)
+    # the grid it is read against: the same recipes (at quant_alpha 1), not another engine
+    assert [r.name for r in P.axis_rows(end.experiment, end.experiment.edges[0])] == ["bf16", "grid-w4a4"]
+
+
+def test_a_redrawn_noise_edge_is_read_against_the_redrawn_grid(toy_config):
+    e = experiment(toy_config, edges=[EDGE, {**EDGE, "name": "redraw", "fixed": {"noise_redraw": True}}],
+                   rows=[{"name": "n1", "noise_sigma": 0.1}, {"name": "n1-redraw", "noise_sigma": 0.1,
+                                                              "noise_redraw": True}])
+    fixed, redraw = e.edges
+    assert [r.name for r in P.axis_rows(e, fixed)] == ["bf16", "n1"]
+    assert [r.name for r in P.axis_rows(e, redraw)] == ["bf16", "n1-redraw"]
+    row = P.edge_row(e, redraw, ["qwen-s"], 0.05)
+    assert row.noise_redraw and row.noise_sigma == 0.05 and row.name == "redraw-0p05"
+    # the noise edge's rows carry nothing else: written as before fixed existed
+    assert P.edge_row(e, fixed, ["qwen-s"], 0.05).written() == {
+        "name": "edge-0p05", "noise_sigma": 0.05, "students": ["qwen-s"],
+        "description": "edge 'edge': noise_sigma = 0.05, bisected (opd.plan)"}
+
+
 def test_edges_frame_lists_every_value_in_order(toy_config):
     e = experiment(toy_config, edges=[EDGE])
     p = calibrate(e, World(quadratic(0.07), run_sd=0.01))[-1]
@@ -299,6 +379,29 @@ def test_a_diverged_value_fails(toy_config):
                                   "seeds": "sequential"})),
      "row 3 ('x'), field 'seeds': against 'ref': 1 candidate + 1 reference seeds are too few"),
     (lambda e: e.update(edges=[{**EDGE, "students": ["qwen-s", "qwen-s"]}]), "non-unique"),
+    # the dials and their fixed fields
+    (lambda e: e.update(edges=[{**STALE, "bracket": [1, 2.5]}]),
+     "edge 1 ('stale'), field 'bracket': [1, 2.5]: staleness is an integer dial"),
+    (lambda e: e.update(edges=[{**ALPHA, "bracket": [0.5, 2]}]),
+     "edge 1 ('w4a4'), field 'bracket': [0.5, 2] leaves quant_alpha's range, (0, 1]"),
+    (lambda e: e.update(edges=[{**ALPHA, "fixed": {"noise_sigma": 0.1}}]),
+     "edge 1 ('w4a4'), field 'fixed': a quant_alpha edge dials a quantization"),
+    (lambda e: e.update(edges=[{**EDGE, "fixed": {"noise_sigma": 0.1}}]),
+     "edge 1 ('edge'), field 'fixed.noise_sigma': the edge's own field"),
+    (lambda e: e.update(edges=[{**EDGE, "fixed": {"seeds": [0]}}]),
+     "edge 1 ('edge'), field 'fixed.seeds': says where or how a row runs"),
+    (lambda e: e.update(edges=[{**EDGE, "fixed": {"noise_redrew": True}}]),
+     "edge 1 ('edge'), field 'fixed.noise_redrew': not a row field; did you mean 'noise_redraw'?"),
+    (lambda e: e.update(edges=[{**ALPHA, "fixed": {"weights": "nvfp5"}}]),
+     "edge 1 ('w4a4'), field 'fixed.weights': 'nvfp5' is not one of"),
+    (lambda e: e.update(edges=[{**STALE, "fixed": {"noise_redraw": True}}]),
+     "edge 1 ('stale'), field 'fixed.noise_redraw': redraws the noise direction but the row has no noise_sigma"),
+    (lambda e: e.update(edges=[{**EDGE, "fixed": {"quant_alpha": 0.5}}]),
+     "edge 1 ('edge'), field 'fixed.quant_alpha': interpolates between the BF16 engine and the row's quantized one"),
+    (lambda e: e.update(edges=[{**ALPHA, "fixed": {"kv_cache": "fp8_e4m3", "bf16_layers": [0, 1]}}]),
+     "edge 1 ('w4a4'), field 'fixed.bf16_layers': keeps every layer of student 'qwen-s' in BF16"),
+    (lambda e: e.update(edges=[{**STALE, "fixed": {"variant": "tis"}}]),
+     "edge 1 ('stale'), field 'fixed.variant': an edge bisects a budget"),
 ])
 def test_an_adaptive_design_that_cannot_run_is_named_before_any_job(toy_config, change, message):
     cfg = copy.deepcopy(toy_config)

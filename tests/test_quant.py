@@ -167,3 +167,111 @@ def test_kv_attribution_has_keys_only_and_values_only_cases_for_every_layer(n_la
     assert {p for *_, p in quant.kv_attribution_cases(n_layers, parts=("kv",))} == {"kv"}
     with pytest.raises(ValueError, match="unknown KV-cache part"):
         quant.kv_attribution_cases(n_layers, parts=("q",))
+
+
+def test_interpolate_takes_a_fraction_of_the_quantization_and_alpha_1_is_the_recipe_itself():
+    x = torch.randn(64, 64)
+    q = quant.nvfp4(x)
+    assert quant.interpolate(x, q, 1.0) is q and quant.interpolate(x, q, 1) is q
+    assert torch.allclose(quant.interpolate(x, q, 0.25), x + 0.25 * (q - x))
+    bf = x.to(torch.bfloat16)
+    assert torch.equal(quant.interpolate(bf, q.to(torch.bfloat16), 1e-9), bf)  # towards 0: the unquantized value
+    state = {"model.layers.0.self_attn.q_proj.weight": x, "model.layers.0.input_layernorm.weight": torch.randn(64)}
+    full = quant.engine_weights(state, weights="nvfp4", n_layers=1)
+    assert all(torch.equal(full[k], v) for k, v in quant.engine_weights(state, weights="nvfp4", n_layers=1,
+                                                                        quant_alpha=1.0).items())
+    half = quant.engine_weights(state, weights="nvfp4", n_layers=1, quant_alpha=0.5)
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.allclose(half[w], (x + full[w]) / 2) and not torch.equal(half[w], full[w])
+    assert torch.equal(half["model.layers.0.input_layernorm.weight"], state["model.layers.0.input_layernorm.weight"])
+
+
+# ---------------------------------------------------------------- quant_alpha in the tiny engine
+
+ALPHA_ENGINE = {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "fp8_e5m2"}
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """A random 2-layer student of the task's vocabulary with sharpened weights (so that the engines' log-probs
+    differ measurably), and a fixed batch sampled by the standard BF16 engine."""
+    import numpy as np
+    from opd.backends.tiny.engine import Engine, Numerics, step_generator
+    from opd.backends.tiny.model import Decoder
+    from opd.backends.tiny.sft import model_config
+    from opd.backends.tiny.task import make_task
+
+    cfg = model_config({"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64,
+                        "student_steps": 1, "teacher_steps": 2, "seed": 0})
+    torch.manual_seed(0)
+    model = Decoder(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(3)
+    train, _ = make_task(0)
+    bf16 = Engine(cfg, Numerics())
+    bf16.load(model.state_dict())
+    roll = bf16.generate(train.prompts(np.arange(16)), step_generator(0, 1))
+    return cfg, model, roll, train
+
+
+def _engine(cfg, model, **numerics):
+    from opd.backends.tiny.engine import Engine, Numerics
+    from opd.backends.tiny.task import calibration_batch
+    e = Engine(cfg, Numerics(**numerics), calibration=lambda: calibration_batch(0))
+    e.load(model.state_dict())
+    return e
+
+
+def test_quant_alpha_1_is_the_quantized_engine_bit_for_bit(tiny_model):
+    """A row that writes quant_alpha: 1 runs today's engine: the same weights, the same cache (FP8 storage), the same
+    log-probs on a fixed batch and the same samples."""
+    from opd.backends.tiny.engine import KVCache, Numerics, step_generator
+    from opd.backends.tiny.probes import engine_logq
+    from opd.rows import Row
+    cfg, model, roll, train = tiny_model
+    row = {"name": "q", **ALPHA_ENGINE}
+    plain, one = Numerics.of_row(Row.of(row)), Numerics.of_row(Row.of({**row, "quant_alpha": 1.0}))
+    assert plain == one and plain.quant_alpha == 1.0
+    a, b = _engine(cfg, model, **ALPHA_ENGINE), _engine(cfg, model, **ALPHA_ENGINE, quant_alpha=1.0)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    assert torch.equal(engine_logq(a, roll), engine_logq(b, roll))
+    ra, rb = (e.generate(train.prompts(range(8)), step_generator(0, 2)) for e in (a, b))
+    assert torch.equal(ra.responses, rb.responses) and torch.equal(ra.logprobs, rb.logprobs)
+    assert KVCache(cfg, 1, 4, one).k[0].dtype == torch.float8_e5m2
+    assert KVCache(cfg, 1, 4, Numerics(**ALPHA_ENGINE, quant_alpha=0.5)).k[0].dtype == torch.bfloat16  # emulated
+    assert KVCache.bytes_per_sequence(cfg, 8, Numerics(**ALPHA_ENGINE, quant_alpha=0.5)) == \
+        KVCache.bytes_per_sequence(cfg, 8, Numerics())
+
+
+@pytest.mark.parametrize("numerics", [{"weights": "nvfp4"}, {"activations": "nvfp4"}, {"kv_cache": "fp8_e5m2"},
+                                      {"activations": "fp8_static"}, ALPHA_ENGINE])
+def test_quant_alpha_moves_each_mechanism_from_bf16_towards_the_recipe(tiny_model, numerics):
+    """On a fixed batch, the engine's log-probs at quant_alpha lie between the BF16 engine's and the recipe's: their
+    distance from BF16's grows with alpha, and is near 0 at a small alpha."""
+    from opd.backends.tiny.probes import engine_logq
+    cfg, model, roll, _ = tiny_model
+    ref = engine_logq(_engine(cfg, model), roll)
+
+    def dist(alpha):
+        return float((engine_logq(_engine(cfg, model, **numerics, quant_alpha=alpha), roll) - ref).abs()[roll.mask].mean())
+    d = [dist(a) for a in (1e-3, 0.25, 0.5, 1.0)]
+    assert d[0] < 0.2 * d[1] and d[1] < d[2] < d[3], d
+
+
+def test_quant_alpha_lowers_the_in_training_mismatch(tiny_model):
+    """d_n (the engine's own samples against the fp32 trainer on a fixed batch of prompts and draws) at alpha 0.25
+    is below the full recipes' and above the BF16 engine's."""
+    import numpy as np
+    from opd.backends.tiny.engine import step_generator, token_logprobs
+    from opd.backends.tiny.trainer import mismatch
+    cfg, model, _, train = tiny_model
+    prompts = train.prompts(np.repeat(np.arange(32), 4))
+
+    def d_n(**numerics):
+        roll = _engine(cfg, model, **numerics).generate(prompts, step_generator(0, 1))
+        with torch.no_grad():
+            return mismatch(roll.logprobs, token_logprobs(model, roll)[0], roll.mask)[0]
+    bf16, quarter, full = d_n(), d_n(**ALPHA_ENGINE, quant_alpha=0.25), d_n(**ALPHA_ENGINE)
+    assert abs(bf16) < quarter < 0.5 * full, (bf16, quarter, full)

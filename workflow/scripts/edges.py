@@ -1,8 +1,8 @@
 """The bisected edges (opd.plan), from the analysis's tables alone: every value each edge tried on each student, in
 order, with its seeds, its seed-aware verdict and D, the bracket after it, and beside them the same student's
-budget at tau from the experiment's own grid on the same axis (the baseline and its budget rows of the edge field's
-family, opd.plan.FIELD_FAMILY, without the redrawn-direction noise rows), under the same seed-aware rule, so that
-the bisected edge can be read against the grid's."""
+budget at tau from the experiment's own grid on the same axis (the baseline and its budget rows whose engine is the
+edge's but for the edge's field, opd.plan.axis_rows: for a noise_sigma edge the fixed-direction noise rows), under the
+same seed-aware rule, so that the bisected edge can be read against the grid's."""
 import numpy as np
 import pandas as pd
 
@@ -11,11 +11,10 @@ from opd import plan as P
 from opd.spec import Experiment
 
 
-def grid_budget(verdicts: pd.DataFrame, e: Experiment, field: str) -> pd.DataFrame:
-    """Per student, the seed-aware budget [grid_lo, grid_hi] at tau over the grid of `field` (the baseline and the
-    budget rows of its family no edge made), with their numbers of rows, runs and fails."""
-    grid = [r.name for r in e.rows if r.in_budget and not e.is_edge_row(r) and not r.noise_redraw
-            and (r.baseline or r.family == P.FIELD_FAMILY[field])]
+def grid_budget(verdicts: pd.DataFrame, e: Experiment, edge) -> pd.DataFrame:
+    """Per student, the seed-aware budget [grid_lo, grid_hi] at tau over the grid on `edge`'s axis (opd.plan.axis_rows:
+    the baseline and the budget rows no edge made on the same axis), with their numbers of rows, runs and fails."""
+    grid = [r.name for r in P.axis_rows(e, edge)]
     out = []
     for student, v in verdicts[verdicts["config"].isin(grid)].groupby("student"):
         lo, hi = stats.budget_interval(v, e.tau, "seeds")
@@ -30,7 +29,7 @@ def main(inp, out, params):
     results = P.Given.of_frames(store.read_table(inp.heldout), store.read_table(inp.steps))
     edges = P.edges_frame(P.planned(e, results))
     verdicts = store.read_table(inp.verdicts)
-    grids = pd.concat([grid_budget(verdicts, e, x.field).assign(edge=x.name) for x in e.edges], ignore_index=True)
+    grids = pd.concat([grid_budget(verdicts, e, x).assign(edge=x.name) for x in e.edges], ignore_index=True)
     table = edges.merge(grids, on=["edge", "student"], how="left")
     table["grid_edge"] = np.sqrt(table["grid_lo"] * table["grid_hi"])  # NaN where the grid has no pass or no fail
     derived.write_table(table, out[0])

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from opd.quant import (FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, layer_index, recipe_function,
+from opd.quant import (FP8_FORMATS, FP8_MAX, KV_PARTS, engine_weights, interpolate, layer_index, recipe_function,
                        resolve_layers)
 from opd.recipes import recipe
 from opd.rows import Row
@@ -42,11 +42,15 @@ class Numerics:
     noise_seed: int = 0
     noise_redraw: bool = False  # a new noise direction at every step: noise_seed_at(step) instead of noise_seed
     kv_parts: str = "kv"  # what the kv_cache recipe stores in FP8: keys and values, "k" or "v" only (opd.quant.KV_PARTS)
+    # every quantization above (weights, activations, KV cache) taken this fraction of the way from the BF16 engine's
+    # value: x_bf16 + quant_alpha (Q(x) - x_bf16) (opd.quant.interpolate; 1: the recipes bit for bit)
+    quant_alpha: float = 1.0
 
     @classmethod
     def of_row(cls, row: Row, seed: int = 0) -> "Numerics":
         return cls(weights=row.weights, activations=row.activations, kv_cache=row.kv_cache, bf16_layers=row.bf16_layers,
-                   noise_sigma=row.noise_sigma, noise_seed=seed, noise_redraw=row.noise_redraw)
+                   noise_sigma=row.noise_sigma, noise_seed=seed, noise_redraw=row.noise_redraw,
+                   quant_alpha=row.quant_alpha)
 
     def noise_seed_at(self, step: int) -> int:
         """The seed of the noise direction the engine's weights carry at training step `step`: the run's own
@@ -62,11 +66,13 @@ class ActivationQuant:
     BF16 (forward pre-hooks on the engine's own model; the lm_head and layers kept BF16 see BF16
     inputs). A calibrated recipe (static scales) first records each input's amax over a calibration
     batch, once, with the weights of its first load, and keeps those scales at every later weight sync,
-    as a checkpoint's static input scales stay fixed while RL syncs new weights."""
+    as a checkpoint's static input scales stay fixed while RL syncs new weights. With `quant_alpha` below 1 each
+    input is taken that fraction of the way from its BF16 value to its quantization (opd.quant.interpolate)."""
 
     def __init__(self, model: Decoder, numerics: "Numerics", calibration: Callable[[], torch.Tensor] | None):
         self.recipe = recipe("activations", numerics.activations)
         self.apply = recipe_function(self.recipe)  # opd.quant's function, looked up once
+        self.alpha = numerics.quant_alpha
         keep = resolve_layers(numerics.bf16_layers, model.cfg.n_layers)
         self.amax: dict[str, torch.Tensor] = {}
         self.calibration, self.calibrating = calibration, False
@@ -83,7 +89,8 @@ class ActivationQuant:
                 a = x.detach().abs().amax().float()
                 self.amax[name] = torch.maximum(self.amax[name], a) if name in self.amax else a
                 return None
-            return (self.apply(x, self.amax[name]) if self.recipe.calibrated else self.apply(x),)
+            q = self.apply(x, self.amax[name]) if self.recipe.calibrated else self.apply(x)
+            return (interpolate(x, q, self.alpha),)
         return quantize_input
 
     @torch.no_grad()
@@ -106,15 +113,24 @@ class KVCache:
     """Per-layer key/value storage. Layers with an FP8 recipe store float8 tensors (half the bytes of
     BF16), cast saturating with scale 1.0 as vLLM does without calibrated scales; others store the
     engine dtype. `numerics.kv_parts` quantizes keys and values, or only one of them (the attribution's
-    keys-only and values-only cases)."""
+    keys-only and values-only cases). With `numerics.quant_alpha` below 1 a quantized layer stores, in the engine
+    dtype, each key or value taken that fraction of the way from its BF16 value to its FP8 one
+    (opd.quant.interpolate): an emulation, with no FP8 storage and so no memory saved."""
 
     def __init__(self, cfg: ModelConfig, batch: int, max_len: int, numerics: Numerics):
         self.fmt_k, self.fmt_v = self.formats(cfg, numerics)
         self.dtype = numerics.dtype
+        self.alpha = numerics.quant_alpha
         shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
-        self.k = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt_k]
-        self.v = [torch.empty(shape, dtype=FP8_FORMATS[f] if f else self.dtype) for f in self.fmt_v]
+        self.k = [torch.empty(shape, dtype=self.stored_dtype(f, numerics)) for f in self.fmt_k]
+        self.v = [torch.empty(shape, dtype=self.stored_dtype(f, numerics)) for f in self.fmt_v]
         self.length = [0] * cfg.n_layers
+
+    @staticmethod
+    def stored_dtype(f, numerics: Numerics) -> torch.dtype:
+        """What a layer's keys or values are stored as: their FP8 format `f` (None: the engine dtype); the engine
+        dtype where quant_alpha interpolates them."""
+        return FP8_FORMATS[f] if f and numerics.quant_alpha == 1 else numerics.dtype
 
     @staticmethod
     def formats(cfg: ModelConfig, numerics: Numerics) -> "KVFormats":
@@ -127,9 +143,11 @@ class KVCache:
         return KVFormats([f if "k" in numerics.kv_parts else None for f in per_layer],
                          [f if "v" in numerics.kv_parts else None for f in per_layer])
 
-    @staticmethod
-    def _store(f, x):
-        return x.clamp(-FP8_MAX[f], FP8_MAX[f]).to(FP8_FORMATS[f]) if f else x
+    def _store(self, f, x):
+        if not f:
+            return x
+        q = x.clamp(-FP8_MAX[f], FP8_MAX[f]).to(FP8_FORMATS[f])
+        return q if self.alpha == 1 else interpolate(x, q.to(x.dtype), self.alpha)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         t0, t1 = self.length[layer], self.length[layer] + k.shape[2]
@@ -140,8 +158,8 @@ class KVCache:
 
     @staticmethod
     def bytes_per_sequence(cfg: ModelConfig, max_len: int, numerics: Numerics) -> int:
-        wide = torch.finfo(numerics.dtype).bits // 8
-        elem = [1 if f else wide for fmts in KVCache.formats(cfg, numerics) for f in fmts]
+        elem = [torch.finfo(KVCache.stored_dtype(f, numerics)).bits // 8
+                for fmts in KVCache.formats(cfg, numerics) for f in fmts]
         return sum(cfg.n_kv_heads * cfg.head_dim * max_len * e for e in elem)
 
 
@@ -176,7 +194,7 @@ class Engine:
         t = time.perf_counter()
         n = self.numerics
         w = engine_weights(state, weights=n.weights, noise_sigma=n.noise_sigma, noise_seed=n.noise_seed_at(step),
-                           bf16_layers=n.bf16_layers, n_layers=self.cfg.n_layers)
+                           bf16_layers=n.bf16_layers, n_layers=self.cfg.n_layers, quant_alpha=n.quant_alpha)
         self.model.load_state_dict({k: v.to(n.dtype) for k, v in w.items()})
         if self.activations:
             self.activations.calibrate(self.model)

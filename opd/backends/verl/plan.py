@@ -105,6 +105,8 @@ def kernels(row: dict | Row) -> dict:
         out["kv_cache"] = "vLLM kernel" if recipe("kv_cache", r.kv_cache).vllm else "not available"
     if r.noise_sigma:
         out["noise_sigma"] = "emulated by the weight-sync hook"
+    if r.quant_alpha != 1:
+        out["quant_alpha"] = "not available"
     return out
 
 
@@ -132,6 +134,11 @@ def errors(row: dict, experiment: dict) -> list[str]:
     if r.kv_cache != "none" and not recipe("kv_cache", r.kv_cache).vllm:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.recipes.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
+    if r.quant_alpha != 1:
+        out.append(f"quant_alpha: {r.quant_alpha:g} asks for an engine between the BF16 one and the row's quantized one, "
+                   f"and verl's engine has none: vLLM runs its quantized kernels and FP8 KV cache as they are, and the "
+                   f"weight-sync hook applies the recipe itself (opd.quant.engine_weights at quant_alpha 1); an "
+                   f"interpolated engine is built for the tiny backend only: use it, or quant_alpha 1")
     if r.noise_redraw:
         out.append("noise_redraw: the weight-sync hook draws the noise direction from the run's seed alone, once per "
                    "run (opd.backends.verl.hook); a direction per step is built for the tiny backend only")
