@@ -13,8 +13,8 @@ run SD ratio of a row over the baseline measured in the toy (opd.calibration.mea
    at the baseline's noise and 4x it (and, on the primary student, with one_seed_ratio = 1);
 2. the replay over the committed full-design runs: per row, the seeds the rule would have run, in order,
    its verdict and the full design's seed-aware verdict;
-3. the bisected edges committed in results/toy/analysis/edges.parquet (rule edges, opd.plan): every value in the
-   order tried, and per student the edge found against the grid's (the budget rows no edge made);
+3. the bisected edges committed in results/toy/analysis/bisection.parquet (rule bisection, opd.plan): every value in
+   the order tried, and per student the edge found against the grid's (the budget rows no edge made);
 4. an estimate on paper of the GPU-hours the same rules would save on the paper experiment;
 5. one line per student: `calibration <student>: runs_used=A runs_full=B verdicts_agree=C/D ... edge_factor=E` (runs of the
    OPD rows judged by the rule, the baseline's included; RL rows are not judged by it).
@@ -95,11 +95,11 @@ def sequential_seeds(exp: dict, heldout, noise, n_exp: int) -> dict:
 
 
 def bisected_edges(exp: dict, heldout, noise, n_exp: int) -> dict:
-    """The bisected-edge part: the committed edges (results/toy/analysis/edges.parquet, rule edges) against each
+    """The bisected-edge part: the committed edges (results/toy/analysis/bisection.parquet, rule bisection) against each
     student's grid. Returns per student edge_runs (the runs the bisection used), grid_runs (the runs of the grid's
     budget rows) and edge_factor: the bisected edge's D over the grid's, or its inverse (>= 1); NaN where either
     has no pass or no fail (then there is no edge to compare)."""
-    path = ROOT / results_dir(EXPERIMENT) / "analysis/edges.parquet"
+    path = ROOT / results_dir(EXPERIMENT) / "analysis/bisection.parquet"
     if not path.exists():
         print(f"\n3. bisected edges: none committed ({path.relative_to(ROOT)} is missing)")
         return {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from opd.rows import Row
+from opd.rows import Row, mechanism
 
 # what an output needs from an experiment: its rows, its baseline's seed count and its backend
 Needs = Callable[["Matrix"], bool]
@@ -58,6 +58,13 @@ def predictor_rows(m: Matrix) -> bool:
     return m.backend == "tiny" and admission_rows(m)
 
 
+def mechanism_rows(m: Matrix) -> bool:
+    """Rows on a dial (opd.rows.mechanism: noise, staleness, a scaled recipe), whose edges the edges figure shows. The
+    bisected edges' rows (opd.plan) are added from the results; an experiment with edges has noise rows in any
+    case."""
+    return bool(m.edges) or m.has(lambda r: mechanism(r, m.rows) is not None)
+
+
 def guarded_rows(m: Matrix) -> bool:
     """Rows with a mismatch guard (opd.guard)."""
     return m.has(lambda r: r.guard is not None)
@@ -69,13 +76,13 @@ def guarded_rows(m: Matrix) -> bool:
 # analysis rule's outputs from this list.
 ANALYSIS_TABLES: tuple[str, ...] = (
     "steps", "heldout", "rows", "verdicts", "budget", "admission", "admission_summary.json", "rl", "noise",
-    "null_deltas", "staleness_lr", "time_to_kl", "infra", "decides", "edge", "draws")
+    "null_deltas", "staleness_lr", "time_to_kl", "infra", "decides", "edge", "draws", "edges", "edge_ratios")
 OTHER_ANALYSIS_FILES: tuple[str, ...] = (
     "kv_attribution",  # rule kv_attribution (offline.smk)
     "async_throughput",  # rule throughput (tiny) or throughput_from_runs (verl: async_throughput_runs.parquet)
     "memory_bound",  # rule memory_bound
     "guard",  # rule guard_analysis (analysis.smk)
-    "edges",  # rule edges (analysis.smk)
+    "bisection",  # rule bisection (analysis.smk): the bisected edges' trace
     "probes", "probes_prefix",  # rule probes (mechanism.smk)
     "predictor_stats", "predictors",  # rule predictors (analysis.smk)
     "plan_decisions.json",  # rule plan_decisions (analysis.smk): an adaptive plan's decisions, the DAG's memo
@@ -193,7 +200,9 @@ OUTPUTS: tuple[Output, ...] = (
            "the instrument's noise: seed-vs-seed Delta of the standard engine", INSTRUMENT),
     Output("staleness_lr", "figure", ("staleness_lr",), lambda m: m.has(lambda r: r.staleness > 0),
            "staleness against the learning rate", BUDGET),
-    Output("edges", "figure", ("edges",), lambda m: bool(m.edges),
+    Output("edges", "figure", ("edges",), mechanism_rows,
+           "each mechanism's Delta = tau edge in D per student, with its interval", BUDGET),
+    Output("bisection", "figure", ("bisection",), lambda m: bool(m.edges),
            "the bisected budget edges: each value tried, in order, and the bracket narrowing", BUDGET),
     Output("predictors", "figure", ("predictor_stats", "predictors"), predictor_rows,
            "which offline statistic at the step-0 student predicts training: held-out agreement and rank correlation",

@@ -237,6 +237,85 @@ class Row:
         return self.students or (first,)
 
 
+# ---------------------------------------------------------------- mechanisms: the dials a budget edge is found on
+# A mechanism is one way of making mismatch whose size one field of the row sets (its dial): fixed-direction weight
+# noise (sigma), noise redrawn every step (sigma), staleness (k) at the experiment's learning rate or at a row's own
+# (against that row's reference), and a quantization recipe scaled by `quant_alpha` (its error times alpha). Each
+# mechanism of a student has its own Delta = tau edge (opd.stats.edges); a row that turns two dials at once
+# (combinations, BF16 layers), a guard, an update variant or RL is on no dial.
+NOISE_FIXED, NOISE_REDRAWN, STALENESS = "noise_fixed", "noise_redrawn", "staleness"
+STALENESS_AT = "staleness@lr="  # + the row's own learning rate (format g): staleness at another lr
+QUANT_ALPHA = "alpha:"  # + <weights>/<activations>/<kv_cache>: a recipe scaled by quant_alpha
+_DIAL_OF = {NOISE_FIXED: "noise_sigma", NOISE_REDRAWN: "noise_sigma", STALENESS: "staleness"}
+
+
+def quant_alpha(row: Row) -> float:
+    """A row's quantization scale (1: the recipe as it is), where Row has the field; 1.0 otherwise."""
+    return float(getattr(row, "quant_alpha", 1.0))
+
+
+def _recipe(row: Row) -> tuple[str, str, str]:
+    return row.weights, row.activations, row.kv_cache
+
+
+def mechanism(row: Row, rows=(), *, lr: float | None = None) -> str | None:
+    """The mechanism (dial) a row lies on, or None. `rows`: the experiment's rows (the alpha = 1 row of a recipe is on
+    its dial only where some row scales that recipe); `lr`: the experiment's learning rate (a row whose `lr` is this
+    one is at the experiment's lr).
+
+    - NOISE_FIXED: noise_sigma > 0, the direction fixed, nothing else (the bisected edges' rows on noise_sigma,
+      opd.plan, are such rows); NOISE_REDRAWN: the same with noise_redraw;
+    - STALENESS: staleness > 0 only, at the experiment's lr, against the baseline; STALENESS_AT + f"{lr:g}": the same
+      at the row's own lr, against its own reference (the k = 0 row at that lr);
+    - QUANT_ALPHA + "<weights>/<activations>/<kv_cache>": a recipe alone (no BF16 layers, staleness or noise) with
+      quant_alpha < 1, or at quant_alpha = 1 where a row of the same recipe has quant_alpha < 1.
+    The baseline, reference rows at k = 0, BF16 layers, combinations, guards, update variants, speculative decoding
+    and RL are on no dial: None."""
+    if not row.is_plain_opd or row.baseline or row.bf16_layers or row.speculative:
+        return None
+    own_lr = row.lr is not None and (lr is None or not math.isclose(row.lr, lr))
+    numerics, noise, stale = row.weights != "none" or row.activations != "none" or row.kv_cache != "none", \
+        row.noise_sigma > 0, row.staleness > 0
+    if own_lr:  # only staleness has a dial at another lr, measured against that lr's own k = 0
+        return f"{STALENESS_AT}{row.lr:g}" if stale and not numerics and not noise and row.reference else None
+    if row.reference is not None:
+        return None
+    if noise and not numerics and not stale:
+        return NOISE_REDRAWN if row.noise_redraw else NOISE_FIXED
+    if stale and not numerics and not noise:
+        return STALENESS
+    if numerics and not noise and not stale:
+        alpha = quant_alpha(row)
+        scaled = alpha < 1 or (alpha == 1 and any(
+            quant_alpha(r) < 1 and _recipe(r) == _recipe(row) and mechanism(r, (), lr=lr) for r in rows))
+        return f"{QUANT_ALPHA}{'/'.join(_recipe(row))}" if scaled else None
+    return None
+
+
+def dial(mechanism_name: str) -> str:
+    """The row field a mechanism's rows differ in: noise_sigma, staleness or quant_alpha."""
+    if mechanism_name.startswith(STALENESS_AT):
+        return "staleness"
+    if mechanism_name.startswith(QUANT_ALPHA):
+        return "quant_alpha"
+    return _DIAL_OF[mechanism_name]
+
+
+def dial_value(row: Row, mechanism_name: str) -> float:
+    """Where a row sits on its mechanism's dial (sigma, k or alpha)."""
+    field_name = dial(mechanism_name)
+    return quant_alpha(row) if field_name == "quant_alpha" else float(getattr(row, field_name))
+
+
+def mechanism_order(mechanism_name: str) -> tuple:
+    """A sort key: fixed noise, redrawn noise, staleness (the experiment's lr, then others), then the recipes."""
+    for i, (prefix, exact) in enumerate(((NOISE_FIXED, True), (NOISE_REDRAWN, True), (STALENESS, True),
+                                         (STALENESS_AT, False), (QUANT_ALPHA, False))):
+        if mechanism_name == prefix or (not exact and mechanism_name.startswith(prefix)):
+            return i, mechanism_name
+    return len(_DIAL_OF) + 2, mechanism_name
+
+
 def _plain(v):
     return list(v) if isinstance(v, tuple) else v.as_dict() if isinstance(v, Guard) else v
 

@@ -61,28 +61,77 @@ def _span(lo, hi, fmt="{:.3g}") -> str:
     return f"[{f(lo)}, {f(hi)}]"
 
 
-def score_budget(edge: pd.DataFrame) -> str:
+def budget_span(lo: float, hi: float, fmt: str = "{:.3g}", unit: str = "") -> str:
+    """A budget B_emp = [largest passing D, smallest failing D] in words, never as an inverted interval: [lo, hi]
+    (an empty side "–"), or where a fail lies below a pass, "inconsistent (largest pass D ... above smallest fail
+    D ...)" with both numbers named."""
+    if not (np.isnan(lo) or np.isnan(hi)) and lo > hi:
+        return (f"inconsistent (largest pass D {fmt.format(lo)}{unit} above smallest fail D "
+                f"{fmt.format(hi)}{unit})")
+    return _span(lo, hi, fmt) + unit
+
+
+def _g(v: float) -> str:
+    """Two significant digits (two_digits), with 0 and infinity as themselves."""
+    return "0" if v == 0 else "∞" if np.isinf(v) else two_digits(v)
+
+
+def edge_words(e) -> str:
+    """One mechanism's Delta = tau edge (a row of opd.stats.edge_tables) in D with its interval, over D(0) and as a
+    share of the initial held-out KL; an edge beyond the rows' D as the side it lies on."""
+    g = _g
+    if np.isinf(e.D_edge):
+        return f"{e.mechanism} above every row (D > {g(e.D_lo)} nats/token = {g(e.edge_over_d0_lo)}x D(0))"
+    if e.D_edge == 0:
+        return f"{e.mechanism} below every row (D < {g(e.D_hi)} nats/token = {g(e.edge_over_d0_hi)}x D(0))"
+    return (f"{e.mechanism} {g(e.D_edge)} [{g(e.D_lo)}, {g(e.D_hi)}] nats/token = {g(e.edge_over_d0)}x "
+            f"[{g(e.edge_over_d0_lo)}, {g(e.edge_over_d0_hi)}] D(0) = {e.edge_over_kl0:.1%} of its initial KL")
+
+
+def ratio_words(r) -> str:
+    g = _g
+    return (f"{r.mechanism} / {r.versus} {g(r.ratio)} [{g(r.ratio_lo)}, {g(r.ratio_hi)}]"
+            + ("" if r.coincide else " (differ)"))
+
+
+def score_budget(edge: pd.DataFrame, edges: pd.DataFrame, ratios: pd.DataFrame) -> str:
+    """The budget claim: one budget in D, judged on each student's mechanisms' Delta = tau edges (edges, ratios: the
+    seed-aware rows of opd.stats.edge_tables): disagrees where two of a student's edges differ beyond their joint
+    interval (a ratio whose interval excludes 1); agrees where every student has two edges to compare, none
+    differs, and its B_emp edge has NEAR_FAILS fails and NEAR_PASSES passes within NEAR_FACTOR of it; unresolved
+    otherwise. B_emp (every pass below every fail) is shown, not judged."""
+    edges, ratios = edges[edges["rule"] == "seeds"], ratios[ratios["rule"] == "seeds"]
     items, verdict = [], AGREES
     for e in edge.sort_values("student").itertuples():
-        state = "consistent" if e.consistent else "inconsistent (a fail below a pass)"
-        items.append(f"{e.student} {_span(e.lo, e.hi)} nats/token, {state}, {_span(e.lo_over_d0, e.hi_over_d0, '{:.0f}')}x "
-                     f"D(0), {_span(e.lo_over_kl0, e.hi_over_kl0, '{:.1%}')} of its initial KL {e.kl0:.3f}; "
-                     + (f"{e.n_fail_near} fail{'s' * (e.n_fail_near != 1)} and {e.n_pass_near} "
-                        f"pass{'es' * (e.n_pass_near != 1)} within {NEAR_FACTOR}x of its edge "
-                        f"{e.edge:.3g}" if not np.isnan(e.edge) else "no edge (no fail or no pass)"))
-        if not e.consistent:
+        span = budget_span(e.lo, e.hi, unit=" nats/token")
+        units = (f"{_span(e.lo_over_d0, e.hi_over_d0, '{:.0f}')}x D(0), "
+                 f"{_span(e.lo_over_kl0, e.hi_over_kl0, '{:.1%}')} of its initial KL {e.kl0:.3f}" if e.consistent else
+                 f"{e.lo_over_d0:.0f}x and {e.hi_over_d0:.0f}x D(0), {e.lo_over_kl0:.1%} and {e.hi_over_kl0:.1%} of "
+                 f"its initial KL {e.kl0:.3f}")
+        near = (f"{e.n_fail_near} fail{'s' * (e.n_fail_near != 1)} and {e.n_pass_near} "
+                f"pass{'es' * (e.n_pass_near != 1)} within {NEAR_FACTOR}x of its edge {e.edge:.3g}"
+                if not np.isnan(e.edge) else "no edge (no fail or no pass)")
+        mine, pairs = edges[edges["student"] == e.student], ratios[ratios["student"] == e.student]
+        per_mechanism = "; ".join(edge_words(x) for x in mine.itertuples())
+        compared = ("; edge ratios " + "; ".join(ratio_words(r) for r in pairs.itertuples())) if len(pairs) else             "; no two edges to compare"
+        items.append(f"{e.student} B_emp {span}, {units}, {near}; Δ = τ edges: {per_mechanism or 'none'}{compared}")
+        if len(pairs) and not pairs["coincide"].all():
             verdict = DISAGREES
-        elif verdict == AGREES and (np.isnan(e.lo) or np.isnan(e.hi) or e.n_fail_near < NEAR_FAILS
-                                    or e.n_pass_near < NEAR_PASSES):
+        elif verdict == AGREES and (not len(pairs) or np.isnan(e.lo) or np.isnan(e.hi)
+                                    or e.n_fail_near < NEAR_FAILS or e.n_pass_near < NEAR_PASSES):
             verdict = UNRESOLVED
-    why = {AGREES: "every student's budget is consistent and resolved at its edge",
-           DISAGREES: "on at least one student a configuration fails below the D of one that passes: no single edge",
-           UNRESOLVED: f"every budget is consistent, but some edge lacks {NEAR_FAILS} fails and {NEAR_PASSES} passes "
-                       f"within {NEAR_FACTOR}x"}[verdict]
+    why = {AGREES: "every student's mechanisms' edges coincide within their joint intervals, and each budget is "
+                   "resolved at its edge",
+           DISAGREES: "on at least one student two mechanisms' Δ = τ edges differ beyond their joint interval: no "
+                      "single edge in D",
+           UNRESOLVED: f"no two edges differ, but some student has no two edges to compare or lacks {NEAR_FAILS} "
+                       f"fails and {NEAR_PASSES} passes within {NEAR_FACTOR}x of its edge"}[verdict]
     paper = (f"B_emp(0.20) = {_span(*PAPER_BUDGET)} nats/token on the 7B student, {PAPER_D0_RATIO[0]}–"
              f"{PAPER_D0_RATIO[1]}x its standard engine's D, {PAPER_BUDGET[0] / PAPER_KL0:.1f}–"
              f"{PAPER_BUDGET[1] / PAPER_KL0:.1f}x its initial held-out KL {PAPER_KL0}")
-    return SCORE.format(claim="A mismatch budget.", paper=paper, toy="; ".join(items), verdict=verdict, why=why)
+    return SCORE.format(claim="A mismatch budget.", paper=paper, toy="; ".join(items) + " (edges: where each "
+                        "mechanism's Δ, monotone in log D, crosses τ, with 95% intervals from joint seed-aware "
+                        "replicates)", verdict=verdict, why=why)
 
 
 def score_total_mismatch(decides: pd.DataFrame, verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
@@ -287,12 +336,13 @@ def score_mechanism(t: pd.DataFrame) -> list[str]:
 
 
 def scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primary, kv=None, probes=None,
-              fitted=None, prospective=()) -> list[str]:
+              fitted=None, prospective=(), edges=None, edge_ratios=None) -> list[str]:
     """The claims scorecard's lines (markdown), from the analysis tables; `fitted`: the fitted admission rule
     (opd.stats.fitted_rule_of) and `prospective`: the frozen rules' tests (opd.stats.prospective_tests_of), where
-    the predictors stage ran."""
+    the predictors stage ran; edges, edge_ratios: the analysis's edges.parquet and edge_ratios.parquet (the budget
+    claim is judged on them)."""
     d0 = edge.set_index("student")["d0"].to_dict()
-    lines = [score_budget(edge), score_total_mismatch(decides, verdicts, rows),
+    lines = [score_budget(edge, edges, edge_ratios), score_total_mismatch(decides, verdicts, rows),
              score_staleness(verdicts, rows, primary), score_kv(kv) if kv is not None else None,
              score_variants(verdicts, rows), score_rl(rl, verdicts, d0) if len(rl) else None,
              score_admission(admission, fitted, prospective) if admission else None]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from opd import outputs as O
-from opd import findings, provenance, report, stats, store
+from opd import findings, provenance, report, scorecard, stats, store
 from opd.rows import Row
 from helpers import load_script
 
@@ -128,7 +128,7 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
     load("predictors").main(Files(stats=pred, admission=out.admission, verdicts=out.verdicts),
                             Files(table=str(a / "predictor_stats.parquet"), record=str(a / "predictors.parquet")),
                             SimpleNamespace(frozen_rules=frozen))
-    # a bisected edge as rule edges writes it (opd.plan.edges_frame and the grid's budget): 0.02 passes, 0.2 fails,
+    # a bisected edge as rule bisection writes it (opd.plan.edges_frame and the grid's budget): 0.02 passes, 0.2 fails,
     # their midpoint 0.063 passes, then 0.11 fails; the bracket after each value
     D = {0.02: 4e-4, 0.2: 0.07, 0.06325: 0.004, 0.1125: 0.015}
     verdict = {0.02: "pass", 0.2: "fail", 0.06325: "pass", 0.1125: "fail"}
@@ -138,7 +138,7 @@ def build_analysis(d: Path, rows=ROWS) -> Path:
          "verdict": verdict[v], "delta": 0.0, "ci_lo": 0.0, "ci_hi": 0.0, "D": D[v], "lo_after": np.nan,
          "hi_after": np.nan, "D_lo_after": lo, "D_hi_after": hi, "stopped": "max_rows", "grid_lo": 0.003,
          "grid_hi": 0.02, "grid_rows": 3, "grid_runs": 9, "grid_fails": 1, "grid_edge": np.sqrt(0.003 * 0.02)}
-        for i, (v, (lo, hi)) in enumerate(zip(D, after))]), a / "edges.parquet")
+        for i, (v, (lo, hi)) in enumerate(zip(D, after))]), a / "bisection.parquet")
     return a
 
 
@@ -455,7 +455,7 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     """findings.md opens with one line per claim of the paper: the paper's number, the toy's from the analysis
     tables, and a verdict by the stated criterion; a changed table changes the verdict."""
     names = ["verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows", "edge", "decides",
-             "kv_attribution"]
+             "kv_attribution", "edges", "edge_ratios"]
     t = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
     t["rows"] = report.rows_frame(analysis / "rows.parquet")
     mod = load("findings")
@@ -465,7 +465,7 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
         tt = {**t, **changed}
         text = mod.findings(tt["verdicts"], tt["budget"], tt["noise"], tt["null_deltas"], tt["staleness_lr"],
                             tt["heldout"], tt["rows"], adm, tt["rl"], 0.2, "bf16", "m", kv=tt["kv_attribution"],
-                            edge=tt["edge"], decides=tt["decides"])
+                            edge=tt["edge"], decides=tt["decides"], edges=tt["edges"], edge_ratios=tt["edge_ratios"])
         head, _, rest = text.partition("## Findings")
         return {ln.split("**")[1]: ln for ln in head.splitlines() if ln.startswith("- **")}, rest
 
@@ -473,8 +473,17 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     assert "Budget of m" in rest  # the findings follow the scorecard
     e = t["edge"].iloc[0]
     budget = lines["A mismatch budget."]
-    assert f"m [{e.lo:.3g}, {e.hi:.3g}] nats/token, consistent" in budget and "[0.184, 0.39] nats/token" in budget
+    assert f"m B_emp [{e.lo:.3g}, {e.hi:.3g}] nats/token, " in budget and "[0.184, 0.39] nats/token" in budget
     assert f"{e.lo_over_d0:.0f}, {e.hi_over_d0:.0f}]x D(0)" in budget and f"initial KL {e.kl0:.3f}" in budget
+    # each mechanism's Delta = tau edge and the ratio of two (the fixture's staleness rows all pass: above every row)
+    fixed = t["edges"].query("rule == 'seeds' and mechanism == 'noise_fixed'").iloc[0]
+    assert scorecard.edge_words(fixed) in budget and f"noise_fixed {scorecard.two_digits(fixed.D_edge)} [" in budget
+    assert "staleness above every row (D > " in budget and "staleness / noise_fixed ∞ [" in budget
+    # the ratios coincide, but too few rows near the B_emp edge: unresolved; with them, agrees
+    assert t["edge_ratios"]["coincide"].all() and "**unresolved**" in budget
+    assert "**agrees**" in card(edge=t["edge"].assign(n_fail_near=2, n_pass_near=3))[0]["A mismatch budget."]
+    assert "**unresolved**" in card(edge=t["edge"].assign(n_fail_near=2, n_pass_near=3),
+                                    edge_ratios=t["edge_ratios"].iloc[:0])[0]["A mismatch budget."]  # nothing compared
     d = t["decides"].iloc[0]
     assert f"ρ(D, Δ) = {d.rho:.2f} [{d.ci_lo:.2f}, {d.ci_hi:.2f}] over {d.n} sources" in lines[
         "Total mismatch decides, not bits or versions."]
@@ -486,6 +495,7 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     rule = stats.fitted_rule_of(store.read_table(analysis / "predictors.parquet"))
     text = mod.findings(t["verdicts"], t["budget"], t["noise"], t["null_deltas"], t["staleness_lr"], t["heldout"],
                         t["rows"], adm, t["rl"], 0.2, "bf16", "m", edge=t["edge"], decides=t["decides"],
+                        edges=t["edges"], edge_ratios=t["edge_ratios"],
                         predictors=store.read_table(analysis / "predictors.parquet"))
     line = next(ln for ln in text.splitlines() if ln.startswith("- **The admission check predicts training.**"))
     assert f"the fitted rule (beyond the paper: admit iff {rule.label}) matches {rule.n_agree_held_out} of" in line
@@ -494,8 +504,13 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
     n3 = v.index[v["config"] == "n3"][0]
     v.loc[v["config"] == "n3-tis", ["delta", "ci_lo_seeds", "ci_hi_seeds"]] = [0.01, -0.05, v.loc[n3, "ci_lo_seeds"] - 0.01]
     assert "**disagrees**" in card(verdicts=v)[0]["TIS, score centering and an advantage offset do not help OPD."]
-    # a budget whose fail lies below its pass: no single edge
-    assert "**disagrees**" in card(edge=t["edge"].assign(consistent=False))[0]["A mismatch budget."]
+    # two mechanisms' edges that differ beyond their joint interval: no single edge in D
+    assert "**disagrees**" in card(edge_ratios=t["edge_ratios"].assign(coincide=False))[0]["A mismatch budget."]
+    # a budget whose fail lies below its pass is shown, never as an inverted interval, and no longer judged
+    line = card(edge=t["edge"].assign(lo=0.6, hi=0.05, lo_over_d0=6000.0, hi_over_d0=500.0, consistent=False))[0][
+        "A mismatch budget."]
+    assert "inconsistent (largest pass D 0.6 nats/token above smallest fail D 0.05 nats/token)" in line
+    assert "[0.6, 0.05]" not in line and "6000x and 500x D(0)" in line and "**disagrees**" not in line
 
 
 def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):

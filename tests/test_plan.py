@@ -453,9 +453,9 @@ def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
     assert {s.row.name for s in end.edges[0].steps} <= set(verdicts["config"])  # analysed like any row
 
 
-def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tmp_path):
-    """Rule edges replays the plan from the analysis's heldout and steps tables and sets the grid's budget beside it;
-    figure_edges draws it."""
+def test_the_bisection_table_and_figure_come_from_the_analysis_tables(toy_config, tmp_path):
+    """Rule bisection replays the plan from the analysis's heldout and steps tables and sets the grid's budget beside
+    it; figure_bisection draws it."""
     from types import SimpleNamespace
 
     from opd import report
@@ -481,15 +481,15 @@ def test_the_edges_table_and_figure_come_from_the_analysis_tables(toy_config, tm
 
     cfg_e = {**toy_config["experiments"]["toy"], "rows": [r.written() for r in e.rows], "edges": [EDGE]}
     cfg_e.pop("sequential", None), cfg_e.pop("base_draws", None)
-    out = tmp_path / "edges.parquet"
-    load_script("edges").main(SimpleNamespace(**paths), [str(out)], SimpleNamespace(name="toy", experiment=cfg_e))
+    out = tmp_path / "bisection.parquet"
+    load_script("bisection").main(SimpleNamespace(**paths), [str(out)], SimpleNamespace(name="toy", experiment=cfg_e))
     t = store.read_table(out)
     assert list(t["row"]) == [s.row.name for s in end.edges[0].steps]
     # the grid: grid-lo passes (Delta 0.037 < tau), grid-hi fails (0.92 >= tau, interval above 0); the baseline passes
     assert t["grid_lo"].iloc[0] == pytest.approx(0.001 + 0.03 ** 2) and t["grid_hi"].iloc[0] == pytest.approx(0.001 + 0.15 ** 2)
     assert t["grid_rows"].iloc[0] == 3
     fig = SimpleNamespace(pdf=str(tmp_path / "e.pdf"), png=str(tmp_path / "e.png"))
-    load_script("figure_edges").main([str(out)], fig, SimpleNamespace(primary="qwen-s"))
+    load_script("figure_bisection").main([str(out)], fig, SimpleNamespace(primary="qwen-s"))
     assert (tmp_path / "e.png").stat().st_size > 10_000 and report.input_hashes([str(out)])
 
 

@@ -8,6 +8,7 @@ One module per idea, each name re-exported here (`from opd import stats; stats.v
 - seeds: the seed-aware interval over seeds and base-model draws (seed_bootstrap);
 - rule: the pre-registered fail rule and the verdict tables built with it;
 - budget: the mismatch budget B_emp(tau) and its edge;
+- edges: one Delta = tau edge per mechanism and student with its interval, and the ratio of two edges;
 - noise: the seed-vs-seed null distribution;
 - admission: the offline estimate D_hat and the admission check;
 - rl: the RL collapse rule;
@@ -15,11 +16,11 @@ One module per idea, each name re-exported here (`from opd import stats; stats.v
 - predictors: offline predictors of training's outcome and the fitted and frozen admission rules."""
 from opd.stats.bootstrap import (
     BOOT_CHUNK, Interval, resampled_sums, COUNTS_CACHE_ELEMENTS, resample_counts, problem_resamples,
-    paired_bootstrap,
+    paired_resamples, paired_bootstrap,
 )
 from opd.stats.seeds import (
     MIN_SEED_DF, enough_seeds, sequential_problem, draw_of, SeedVariance, seed_variance, DrawVariance,
-    draw_variance, pool_draw_variance, seed_bootstrap,
+    draw_variance, pool_draw_variance, seed_bootstrap, Replicates, seed_replicates,
 )
 from opd.stats.rule import (
     fails, verdict_of, final_heldout, run_mismatch, Comparison, shared_draws, compare, final_pairs,
@@ -27,7 +28,12 @@ from opd.stats.rule import (
     rule_fails,
 )
 from opd.stats.budget import (
-    Budget, budget_interval, is_consistent, budget_table, budget_edge, edge_point, near_edge, edge_counts,
+    Budget, budget_interval, is_consistent, budget_table, baseline_scales, budget_edge, edge_point, near_edge,
+    edge_counts,
+)
+from opd.stats.edges import (
+    EDGE_RULES, Edge, EdgeRatio, isotonic, crossing, percentile, replicate_bounds, edge_interval, edge_ratio,
+    mechanisms, joint_replicates, EDGE_COLUMNS, RATIO_COLUMNS, EdgeTables, edge_tables,
 )
 from opd.stats.noise import (
     NoiseTables, seed_noise,

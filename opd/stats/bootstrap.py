@@ -65,6 +65,17 @@ def problem_resamples(k_cand, k_base, n_boot: int, seed: int) -> np.ndarray:
     return sums[:, :-1] / sums[:, -1:] - 1.0
 
 
+def paired_resamples(k_cand, k_ref, n_boot: int, seed: int) -> np.ndarray:
+    """Resampled Delta (n_boot, C) of C comparisons, each against its own reference: column c of k_cand (n, C) over
+    column c of k_ref (n, C), every column resampled with the same problems in each resample (problem_resamples
+    with one reference per candidate)."""
+    kc, kr = (np.asarray(k, dtype=float).reshape(len(k), -1) for k in (k_cand, k_ref))
+    if kc.shape != kr.shape:
+        raise ValueError(f"one reference column per candidate column: {kc.shape} vs {kr.shape}")
+    sums = resampled_sums(np.column_stack([kc, kr]), n_boot, seed)
+    return sums[:, :kc.shape[1]] / sums[:, kc.shape[1]:] - 1.0
+
+
 def paired_bootstrap(k_cand, k_base, *, n_boot: int = 10_000, ci: float = 0.95, seed: int = 0) -> Interval:
     """Delta = sum(k_cand) / sum(k_base) - 1 with a percentile interval from resampling problems.
 

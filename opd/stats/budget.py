@@ -47,6 +47,17 @@ def budget_table(verdicts: pd.DataFrame, taus) -> pd.DataFrame:
                              "n_fail": int((f == True).sum()), "n_unjudged": int(f.isna().sum())})  # noqa: E712
     return pd.DataFrame(rows)
 
+
+def baseline_scales(verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per student (index), the units an edge is also given in: `d0`, the standard engine's own D, and `kl0`, the
+    student's initial held-out KL (the standard engine's runs at their first evaluation, the mean over seeds)."""
+    d0 = verdicts[verdicts["config"] == baseline].set_index("student")["D"]
+    h = heldout[(heldout["config"] == baseline)]
+    h = h[h["step"] == h["step"].min()]
+    kl0 = h.groupby(["student", "seed"])["kl"].mean().groupby("student").mean()
+    return pd.DataFrame({"d0": d0, "kl0": kl0})
+
+
 def budget_edge(budget: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: str, tau: float,
                 rule: str = "seeds") -> pd.DataFrame:
     """Per student, the budget's edge at tau under `rule` in three units: D (nats/token: the largest passing D `lo`,
@@ -54,10 +65,7 @@ def budget_edge(budget: pd.DataFrame, verdicts: pd.DataFrame, heldout: pd.DataFr
     engine's own D (`d0`), and as a share of the student's initial held-out KL (`kl0`: the standard engine's runs
     at step 0, the mean over seeds)."""
     b = budget[(budget["rule"] == rule) & np.isclose(budget["tau"], tau)]
-    d0 = verdicts[verdicts["config"] == baseline].set_index("student")["D"]
-    h = heldout[(heldout["config"] == baseline)]
-    h = h[h["step"] == h["step"].min()]
-    kl0 = h.groupby(["student", "seed"])["kl"].mean().groupby("student").mean()
+    d0, kl0 = (baseline_scales(verdicts, heldout, baseline)[k] for k in ("d0", "kl0"))
     out = []
     for r in b.itertuples():
         edge = edge_point(r.lo, r.hi)

@@ -262,3 +262,96 @@ def seed_bootstrap(k_cand, k_base, *, n_boot: int = 10_000, ci: float = 0.95, se
     keep = np.sqrt(np.clip(1 - overlap / np.where(v_boot > 0, v_boot, np.inf), 0, 1))
     lo, hi = np.expm1(np.percentile(r + keep * (log_boot - r) + noise, [50 * (1 - ci), 50 * (1 + ci)], axis=0))
     return _unbatch(Interval(delta, lo, hi), batch)
+
+
+LOG_CLIP = 50.0  # seed_replicates' log ratios are clipped at +-LOG_CLIP
+
+
+class Replicates(NamedTuple):
+    """Delta of R comparisons (R,) and n_boot joint replicates of it (n_boot, R): in each replicate every
+    comparison is resampled with the same problems and the same draws of what its units share."""
+    delta: np.ndarray
+    replicates: np.ndarray
+
+
+def _reference_share(kc, kb, one_seed_ratio: float):
+    """With one base-model draw: the part of seed_variance's `var` (E,) that is the reference side's, the run-to-run
+    variance of its seed mean (Welch: its own; pooled: its share of the pooled variance)."""
+    sc, sb = kc.shape[1], kb.shape[1]
+    (vc, _), (vb, _) = _side_spread(kc), _side_spread(kb)
+    if min(sc, sb) >= 2:
+        return vb / sb
+    df = sc + sb - 2
+    pooled = sum((s - 1) / df * np.nan_to_num(v) for s, v in ((sc, vc), (sb, vb)))
+    return pooled * (one_seed_ratio ** 2 if sb == 1 else 1.0) / sb
+
+
+def seed_replicates(k_cands, k_refs, *, draws_cands=None, draws_refs=None, references=None, n_boot: int = 10_000,
+                    seed: int = 0, one_seed_ratio: float = 1.0) -> Replicates:
+    """Joint replicates of R comparisons' Delta under seed_bootstrap's model, for statistics of several
+    comparisons at once (a budget edge across rows, the ratio of two edges): each comparison's replicates have
+    exactly seed_bootstrap's distribution (draw_var=None), and in one replicate
+
+    - every comparison resamples the same problems (one resampled_sums over every side's draw-balanced means, the
+      counts of `seed`: the verdicts' own problem resamples);
+    - with several base-model draws, the unit term sum_d g_d (z_d - mean z) / sqrt(D (D - 1)) uses one standard
+      normal g_d per base-model draw, shared by every comparison: its variance is seed_bootstrap's var_d(z) / D, and
+      two comparisons covary as their draws' pseudo-values z_d do (the reference's draw effects, which every z_d
+      of the same reference holds, move them together);
+    - with one draw, the unit term is the candidate's seed part (its own normal) plus the reference's (a normal
+      shared by every comparison with the same entry of `references`, None: one reference for all);
+    - the Student-t scale sqrt(df / chi2_df) comes from one uniform per replicate shared by every comparison (a
+      multivariate t, as in simultaneous intervals; with unequal df each takes that uniform's quantile).
+
+    k_cands, k_refs: R arrays (S_c, n) and (S_r, n), per run and problem, the same n problems in the same order in
+    every array (each reference restricted to the draws its candidate ran: opd.stats.shared_draws); draws_cands,
+    draws_refs: R arrays of draw labels (None: one draw). Raises ValueError where seed_bootstrap would (too few
+    runs for a one-draw comparison). Returns Replicates(delta (R,), replicates (n_boot, R))."""
+    from scipy import stats as sps
+
+    R = len(k_cands)
+    references = [0] * R if references is None else list(references)
+    parts = []
+    for i in range(R):
+        kc, kb, dc, db, _ = _batch_inputs(k_cands[i], k_refs[i], None if draws_cands is None else draws_cands[i],
+                                          None if draws_refs is None else draws_refs[i])
+        draws = np.unique(np.concatenate([dc, db]))
+        if len(draws) == 1:
+            if not enough_seeds(kc.shape[1], kb.shape[1]):
+                raise ValueError(f"comparison {i}: at least {MIN_SEED_DF + 2} runs in all are needed to estimate the "
+                                 f"run-to-run variance (got {kc.shape[1]} candidate + {kb.shape[1]} reference seeds)")
+            sv = seed_variance(kc, kb, one_seed_ratio=one_seed_ratio)
+            shared = float(np.clip(_reference_share(kc, kb, one_seed_ratio)[0], 0, sv.var[0]))
+            parts.append({"mc": kc.mean(1)[0], "mb": kb.mean(1)[0], "overlap": float(sv.overlap[0]),
+                          "df": float(sv.df[0]), "own": np.sqrt(sv.var[0] - shared), "shared": np.sqrt(shared)})
+        else:
+            mc, mb, z, overlap, _, _ = _draw_parts(kc, kb, dc, db)
+            parts.append({"mc": mc[0], "mb": mb[0], "overlap": float(overlap[0]), "df": len(draws) - 1.0,
+                          "z": z[0], "draws": draws})
+    mc = np.column_stack([p["mc"] for p in parts])
+    mb = np.column_stack([p["mb"] for p in parts])
+    delta = mc.sum(0) / mb.sum(0) - 1.0
+    r = np.log1p(delta)
+    sums = resampled_sums(np.column_stack([mc, mb]), n_boot, seed)
+    log_boot = np.log(sums[:, :R] / sums[:, R:])
+    v_boot = np.var(log_boot, axis=0, ddof=1)
+    overlap = np.array([p["overlap"] for p in parts])
+    keep = np.sqrt(np.clip(1 - overlap / np.where(v_boot > 0, v_boot, np.inf), 0, 1))
+    labels = np.unique(np.concatenate([p["draws"] for p in parts if "draws" in p] or [np.zeros(0)]))
+    shared_refs = {ref: j for j, ref in enumerate(dict.fromkeys(references))}
+    rng = np.random.default_rng([seed, 2])
+    u = 1.0 - rng.random(n_boot)  # (0, 1]: the shared chi-square quantile
+    g = rng.standard_normal((n_boot, len(labels)))  # one per base-model draw
+    h = rng.standard_normal((n_boot, len(shared_refs)))  # one per reference (one-draw comparisons)
+    e = rng.standard_normal((n_boot, R))  # one per comparison (one-draw comparisons)
+    noise = np.empty((n_boot, R))
+    for i, p in enumerate(parts):
+        if "draws" in p:
+            D = len(p["draws"])
+            normal = g[:, np.searchsorted(labels, p["draws"])] @ (p["z"] - p["z"].mean()) / np.sqrt(D * (D - 1))
+        else:
+            normal = p["own"] * e[:, i] + p["shared"] * h[:, shared_refs[references[i]]]
+        noise[:, i] = normal / np.sqrt(sps.chi2.ppf(u, p["df"]) / p["df"])
+    # a t with 1 or 2 degrees of freedom draws log ratios far out: clipped at +-LOG_CLIP (Delta e^50), where no
+    # replicate's place against any tau changes, so that sums over replicates stay finite
+    return Replicates(delta, np.expm1(np.clip(r + keep * (log_boot - r) + noise, -LOG_CLIP, LOG_CLIP)))

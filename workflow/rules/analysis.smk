@@ -36,20 +36,20 @@ rule analysis:
 
 # The bisected edges (opd.plan; docs/calibration.md): every value tried, in order, against the grid's budget;
 # in the DAG only where the experiment has edges (opd.outputs).
-rule edges:
+rule bisection:
     input:
         steps=rules.analysis.output.steps,
         heldout=rules.analysis.output.heldout,
         verdicts=rules.analysis.output.verdicts,
     output:
-        ANALYSIS_FILES["edges"],
+        ANALYSIS_FILES["bisection"],
     params:
         name=EXP,
         experiment=config["experiments"][EXP],  # as configured: the script replays the plan (opd.plan.planned)
     log:
-        f"logs/{EXP}/edges.log",
+        f"logs/{EXP}/bisection.log",
     script:
-        "../scripts/edges.py"
+        "../scripts/bisection.py"
 
 
 # An adaptive plan's decisions, keyed on the runs' content (opd.plan.decisions_path): committed, so that a fresh

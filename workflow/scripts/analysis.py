@@ -214,6 +214,13 @@ def main(inp, out, params):
             for e in edge.itertuples()]
     derived.write_table(edge.assign(n_pass_near=[p for p, _ in near], n_fail_near=[f for _, f in near]), out.edge,
                         inputs=record)
+    # one Delta = tau edge per mechanism (a dial: noise, staleness, a scaled recipe) and student, with its interval
+    # from joint replicates under both rules, and the ratio of every two mechanisms' edges
+    edges = stats.edge_tables(v, heldout, R, params.baseline, tau=params.tau, lr=params.train_lr,
+                              n_draws=params.base_draws, n_boot=b["resamples"], ci=b["level"], seed=b["seed"],
+                              one_seed_ratio=params.one_seed_ratio)
+    derived.write_table(edges.edges, out.edges, inputs=record)
+    derived.write_table(edges.ratios, out.edge_ratios, inputs=record)
     pairs, noise = stats.seed_noise(heldout, params.baseline, seed=b["seed"], n_draws=params.base_draws)
     typical = v[v["config"] != params.baseline].groupby("student")["n_runs"].median()
     noise["n_seeds_row"] = noise["student"].map(typical).fillna(1).round().astype(int)

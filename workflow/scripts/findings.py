@@ -23,7 +23,9 @@ def main(inp, out, params):
                     predictors=store.read_table(inp.predictors) if hasattr(inp, "predictors") else None,
                     predictor_stats=store.read_table(inp.predictor_stats) if hasattr(inp, "predictor_stats") else None,
                     draws=store.read_table(inp.draws) if hasattr(inp, "draws") else None,
-                    student_specs=getattr(params, "students", None))
+                    student_specs=getattr(params, "students", None),
+                    edges=store.read_table(inp.edges) if hasattr(inp, "edges") else None,
+                    edge_ratios=store.read_table(inp.edge_ratios) if hasattr(inp, "edge_ratios") else None)
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 
