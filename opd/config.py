@@ -649,6 +649,8 @@ def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:
     elif g.action == "fallback_numerics" and row.has_standard_numerics:
         out.append(("action", "'fallback_numerics' switches to BF16 numerics, but the row's numerics are BF16 "
                               "already; use 'sync' or 'fallback'"))
+    if g.flush and row.staleness == 0:
+        out.append(("flush", "the row is synchronous (staleness 0): no batch is in flight to discard"))
     steps = train.get("steps")
     if isinstance(steps, int) and g.window > steps:
         out.append(("window", f"{g.window} steps is longer than the {steps}-step run, so the guard never watches"))

@@ -55,7 +55,7 @@ KV = ("- **FP8 KV cache by layer and part** ({student}, {recipe}, offline D̂ ±
 GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max:g}, window {window}, cooldown {cooldown} doubling on "
          "re-trigger; Δ with the seed-aware interval): {items}. Replayed over the standard engine's {runs} runs "
          "the guards fire {alarms} times; its largest {window}-step mean of d_n is {worst:.2g}.")
-GUARD_ITEM = ("{config} ({action}): Δ = {delta:+.0%} [{lo:+.0%}, {hi:+.0%}], {verdict}, against {unguarded}'s "
+GUARD_ITEM = ("{config} ({action}{flush}): D = {d_ratio:.2g}x d_max, Δ = {delta:+.0%} [{lo:+.0%}, {hi:+.0%}], {verdict}, against {unguarded}'s "
               "{u_delta:+.0%} [{u_lo:+.0%}, {u_hi:+.0%}], {u_verdict}; {cheap:.0%} of steps on the cheap engine, "
               "{acts:g} activations per run; {speed}")
 GUARD_SPEED = ("measured inside the runs, the cheap engine's steps ran at {cheap_x:.2f}x the fallback's tokens/s and "
@@ -173,7 +173,8 @@ def guard_sentences(g: pd.DataFrame) -> list[str]:
     out = []
     for (student, d_max, window, cooldown), t in g.groupby(["student", "d_max", "window", "cooldown"]):
         items = "; ".join(GUARD_ITEM.format(
-            config=r.config, action=r.action, delta=r.delta, lo=r.ci_lo_seeds, hi=r.ci_hi_seeds,
+            config=r.config, action=r.action, flush=", flush" if r.flush else "",
+            d_ratio=r.D_over_d_max, delta=r.delta, lo=r.ci_lo_seeds, hi=r.ci_hi_seeds,
             verdict=r.verdict_seeds, unguarded=r.unguarded, u_delta=r.unguarded_delta, u_lo=r.unguarded_ci_lo_seeds,
             u_hi=r.unguarded_ci_hi_seeds, u_verdict=r.unguarded_verdict_seeds, cheap=r.cheap_share, acts=r.activations,
             speed=GUARD_SPEED.format(cheap_x=r.cheap_over_fallback, run_x=r.run_over_fallback)

@@ -2,11 +2,13 @@
 
 Backend-independent state machine, fed one d_n per training step in step order (the tiny trainer and the
 verl weight-sync hook both drive it). It watches the running mean of d_n over the last `window` steps
-rolled out by the row's own engine; when that mean exceeds `d_max`, the rollouts of steps
-[n + 1 + lag, n + 1 + lag + cooldown) come from the action's engine, where n is the step just observed
-and lag the row's staleness (the batches of steps n + 1 ... n + lag are already sampled, or may be, in
-the asynchronous schedule; deciding from the d_n known when a batch's weights exist keeps a run
-deterministic whatever the threads' timing). After the span the row's engine returns and the window
+rolled out by the row's own engine (window 1: each step's own d_n, so it acts on the step that crosses); when
+that mean exceeds `d_max`, the rollouts of steps [n + 1 + lag, n + 1 + lag + cooldown) come from the action's
+engine, where n is the step just observed and lag the row's staleness (the batches of steps n + 1 ... n + lag
+are already sampled, or may be, in the asynchronous schedule; deciding from the d_n known when a batch's
+weights exist keeps a run deterministic whatever the threads' timing). With `flush` those batches are
+discarded and sampled again by the action's engine: the span starts at n + 1 (the rollout of step n + 1 then
+waits for step n's d_n, as a flushed pipeline does). After the span the row's engine returns and the window
 starts empty.
 
 Back-off: each activation that follows the previous one without a full window of the row's engine at or
@@ -45,6 +47,7 @@ class GuardState:
     action: str
     cooldown: int
     lag: int = 0  # the row's staleness k
+    flush: bool = False  # the batches in flight are discarded when it acts: the span starts at the next step
     cap: int = 1 << 30  # the longest cooldown (the run's length)
     recent: list = field(default_factory=list)  # d_n of the row engine's steps since watching (re)started
     next_cooldown: int = 0  # the next activation's cooldown (back-off); 0: `cooldown`
@@ -58,7 +61,7 @@ class GuardState:
         if isinstance(guard.d_max, str):
             raise ValueError(f"guard d_max {guard.d_max!r}: resolve it to a number first (opd.spec.Experiment.guard)")
         return cls(d_max=float(guard.d_max), window=int(guard.window), action=guard.action,
-                   cooldown=int(guard.cooldown), lag=lag, cap=steps)
+                   cooldown=int(guard.cooldown), lag=lag, flush=bool(guard.flush), cap=steps)
 
     def observe(self, step: int, d_n: float) -> Span | None:
         """Step `step`'s measured d_n; returns the activation it triggers ([start, end)), if any."""
@@ -71,15 +74,22 @@ class GuardState:
             self.next_cooldown = 0  # a full clean window: the back-off starts over
             return None
         length = self.next_cooldown or self.cooldown
-        start = step + 1 + self.lag
+        start = step + 1 + (0 if self.flush else self.lag)
         span = Span(start, start + length)
         self.spans.append(span)
         self.watch_from, self.recent = span[1], []
         self.next_cooldown = min(2 * length, self.cap)
         return span
 
+    @property
+    def decided_after(self) -> int:
+        """How many steps before a step its engine is decided: the rollout of step n may start once step
+        n - 1 - decided_after is observed (lag; 0 with flush)."""
+        return 0 if self.flush else self.lag
+
     def active(self, step: int) -> bool:
-        """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - lag is observed)."""
+        """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - decided_after is
+        observed)."""
         return any(a <= step < b for a, b in self.spans)
 
     def engine(self, step: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 # Fields that say where or how often a row runs, not what it computes: kept out of a run's params so
 # that editing them never reruns existing runs.
@@ -36,14 +36,18 @@ GUARD_ACTIONS = tuple(_GUARD_KEEPS)
 @dataclass(frozen=True)
 class Guard:
     """The mismatch guard of a row: when the running mean of d_n over `window` steps of the row's own
-    engine crosses `d_max`, the next `cooldown` steps' rollouts come from `action`'s engine
-    (GUARD_ACTIONS: `fallback`, the standard BF16 engine, synchronous; `sync`, staleness 0 with the
-    row's numerics; `fallback_numerics`, BF16 numerics with the row's staleness); then the row's engine
-    again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.spec.Experiment.guard_line)."""
+    engine crosses `d_max` (window 1: the step that crosses), the next `cooldown` steps' rollouts come from
+    `action`'s engine (GUARD_ACTIONS: `fallback`, the standard BF16 engine, synchronous; `sync`, staleness 0
+    with the row's numerics; `fallback_numerics`, BF16 numerics with the row's staleness); then the row's engine
+    again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.spec.Experiment.guard_line).
+    `flush`: on a stale row (k > 0), the batches already sampled for the next k steps are discarded when the
+    guard acts, so the action's engine starts at the step after the one that crossed (an asynchronous trainer's
+    pipeline flush, its rollouts wasted); without it they are trained on, and the action starts k steps later."""
     d_max: float | str
     window: int
     action: str
     cooldown: int
+    flush: bool = False
 
     @classmethod
     def of(cls, g: "dict | str | Guard") -> "Guard":
@@ -55,7 +59,10 @@ class Guard:
         return cls(**g)
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields config.yaml holds: a field with a default only where it is set (a default added later, such
+        as `flush`, changes no existing row's spec and so reruns nothing)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.default is MISSING or getattr(self, f.name) != f.default}
 
     def resolved(self, line: float) -> "Guard":
         """The guard a run runs: `d_max: budget` resolved to `line` (the experiment's admission line L,

@@ -37,6 +37,31 @@ def test_a_clean_window_resets_the_back_off_and_the_lag_delays_the_span():
     assert [g.engine(n) for n in (6, 7, 10, 11)] == ["row", "sync", "sync", "row"]
 
 
+@pytest.mark.parametrize("lag", [0, 2, 8])
+def test_a_guard_that_flushes_starts_at_the_next_step_whatever_the_lag(lag):
+    """flush: the action's span starts at the step after the one that crossed, however many batches are in flight;
+    window 1 acts on the crossing step itself, so with an engine past the line on every step, the row's engine
+    rolls out only the steps that cross (one per activation)."""
+    g = drive(GuardState(d_max=0.01, window=1, action="sync", cooldown=10, lag=lag, flush=True, cap=100),
+              lambda n: 1.0, 100)
+    assert g.spans == [(1, 11), (12, 32), (33, 73), (74, 154)]  # the last capped at the run's length
+    assert [n for n in range(100) if not g.active(n)] == [0, 11, 32, 73]
+    assert g.decided_after == 0
+
+
+def test_a_flushing_guard_is_written_into_a_spec_only_where_it_flushes():
+    """`flush` defaults to false and is written only where set, so the guard rows written before it keep their
+    specs (nothing reruns); a synchronous row cannot flush (a clear error naming the row and field)."""
+    assert "flush" not in Guard(d_max=0.01, window=10, action="sync", cooldown=10).as_dict()
+    assert Guard(d_max=0.01, window=1, action="sync", cooldown=10, flush=True).as_dict()["flush"] is True
+    cfg = C.load()
+    rows = cfg["experiments"]["toy"]["rows"]
+    rows.append({"name": "noise-guard-flush", "noise_sigma": 0.15,
+                 "guard": {"d_max": 0.004, "window": 1, "action": "fallback", "cooldown": 10, "flush": True}})
+    with pytest.raises(C.ConfigError, match=r"noise-guard-flush.*'guard.flush'.*staleness 0"):
+        C.validate(cfg)
+
+
 def test_state_round_trip_continues_identically():
     d = lambda n: 0.02 if (n // 7) % 3 else 0.0  # noqa: E731
     a = GuardState(d_max=0.01, window=3, action="fallback", cooldown=2, cap=60)
@@ -53,8 +78,9 @@ def test_state_round_trip_continues_identically():
 
 def test_no_false_alarm_on_the_standard_engine():
     """Every committed BF16 run of the toy (every student and seed) through each guarded row's guard:
-    no activation. The guard's line is more than 10x the largest window mean of the standard engine's
-    d_n, and more than 10x the seed-level spread of its D (the runs' mean d_n)."""
+    no activation. The guard's line is more than 4x the largest window mean of the standard engine's d_n
+    (window 1: its largest single step, 0.00096 on the committed runs), and more than 10x the seed-level spread
+    of its D (the runs' mean d_n)."""
     e = Experiment.of(C.load(), "toy")
     guards = [e.guard(r) for r in e.rows if r.guard]
     paths = sorted(glob.glob("results/toy/runs/bf16.*/steps.parquet"))
@@ -64,7 +90,7 @@ def test_no_false_alarm_on_the_standard_engine():
         for st in runs:
             g = drive(GuardState.of(guard, 0, len(st)), lambda n: st["d_n"].iloc[n], len(st))
             assert g.activations == 0, (guard, st["run_id"].iloc[0])
-            assert st["d_n"].rolling(guard.window).mean().max() < guard.d_max / 10
+            assert st["d_n"].rolling(guard.window).mean().max() < guard.d_max / 4
         D = [st["d_n"].mean() for st in runs]
         assert max(D) - min(D) < guard.d_max / 10
 

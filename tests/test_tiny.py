@@ -296,6 +296,18 @@ def test_guard_actions_set_staleness_and_numerics(base, tmp_path, action, stale_
         assert st.loc[on, "seq_logratio_p90"].min() > 0.02
 
 
+def test_a_guard_that_flushes_acts_on_the_step_after_the_crossing(base, tmp_path):
+    """flush: the batches the stale engine already sampled are discarded, so sync starts at the step after the one
+    that crossed (window 1: step 0 crosses, span [1, 3)), not k = 2 steps later as above; every step the row's
+    engine rolls out is one that crossed (the back-off: [1, 3), [4, 8), [9, 12))."""
+    train_run(guard_spec(base, {**GUARDED, "staleness": 2},
+                         {"action": "sync", "d_max": -1.0, "window": 1, "flush": True}), tmp_path)
+    st = store.read_table(tmp_path / "steps.parquet").set_index("step")
+    assert st.index[~st["guard_active"]].tolist() == [0, 3, 8]
+    assert (st.loc[st["guard_active"], "staleness"] == 0).all()
+    assert st.loc[3, "staleness"] == 2 and st.loc[8, "staleness"] == 2  # the row's engine returns at its own k
+
+
 def test_run_killed_while_the_guard_is_active_resumes_in_the_same_state(base, tmp_path):
     """A crash at step 9 leaves the checkpoint of step 8, inside the span [7, 11); the resumed run gives
     the straight run's steps, guard columns included."""

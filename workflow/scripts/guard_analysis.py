@@ -61,7 +61,8 @@ def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], b
             runs = per_run(steps[(steps["config"] == g.name) & (steps["student"] == student)])
             alarms, worst = false_alarms(spec, base)
             rec = {"student": student, "config": g.name, "unguarded": plain.name if plain else None,
-                   "action": spec.action, "d_max": spec.d_max, "window": spec.window, "cooldown": spec.cooldown, "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
+                   "action": spec.action, "d_max": spec.d_max, "window": spec.window, "cooldown": spec.cooldown,
+                   "flush": spec.flush, "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
                    "activations": runs["activations"].mean(), "activations_max": int(runs["activations"].max()),
                    "tokens_per_s": runs["tokens_per_s"].mean(),
                    "cross_job_ratio": runs["tokens_per_s"].mean() / base_tps,
@@ -74,6 +75,7 @@ def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], b
                 have = name is not None and (student, name) in v.index
                 for col in ("D", "delta", "ci_lo_seeds", "ci_hi_seeds", "verdict_seeds", "ci_lo", "ci_hi", "verdict"):
                     rec[prefix + col] = v.loc[(student, name), col] if have else None
+            rec["D_over_d_max"] = rec["D"] / spec.d_max if rec["D"] is not None else float("nan")
             if plain is not None:
                 u = per_run(steps[(steps["config"] == plain.name) & (steps["student"] == student)])
                 rec["unguarded_tokens_per_s"] = u["tokens_per_s"].mean() if len(u) else float("nan")

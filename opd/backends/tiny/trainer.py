@@ -175,9 +175,10 @@ class RolloutWorker(threading.Thread):
     (`rule.keeps_numerics`, opd.rows.Guard), else the standard BF16 engine, at version n - k where it keeps the
     row's staleness (`rule.keeps_staleness`), else at version n (synchronous): `fallback` BF16 at n, `sync` the
     row's numerics at n, `fallback_numerics` BF16 at n - k. Version n - k exists only once step n - k - 1 was
-    observed, so the guard's decision for step n never depends on timing. Puts (step, problem indices,
-    rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead, or the exception
-    that stopped it."""
+    observed, so the guard's decision for step n never depends on timing; a guard that flushes decides step n
+    once step n - 1 is observed (version n exists), so the rollout does not run ahead of training. Puts (step,
+    problem indices, rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead, or the
+    exception that stopped it."""
 
     def __init__(self, rollouts: Rollouts, state: "RunState", cond: threading.Condition, start: int):
         super().__init__(daemon=True)
@@ -190,8 +191,10 @@ class RolloutWorker(threading.Thread):
         try:
             for n in range(self.start_step, r.settings.steps):
                 v = engine_version(n, r.staleness)
+                # the version whose existence decides step n's engine: n - k, or n where the guard flushes
+                decided = max(v, n - guard.decided_after) if guard else v
                 with self.cond:
-                    self.cond.wait_for(lambda: v in versions or self.stop.is_set())
+                    self.cond.wait_for(lambda: decided in versions or self.stop.is_set())
                     kind = guard.engine(n) if guard else ROW_ENGINE
                     acting = kind != ROW_ENGINE
                     if acting and not r.rule.keeps_staleness:
