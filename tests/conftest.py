@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import shutil
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,9 +51,27 @@ def copy_clone(src: Path, dest: Path) -> Path:
 NO_TORCH_SNAKEMAKE = "import sys; sys.modules['torch'] = None; from snakemake.cli import main; main(sys.argv[1:])"
 
 
+def shared(tmp_path_factory, name: str, build) -> Path:
+    """A session fixture's folder, built once per test session however many pytest-xdist workers run it (README's
+    test command runs two): the first worker to ask builds it under a lock in the run's shared temporary folder,
+    the others wait for it and read the same folder. `build(dest)` makes `dest`; a build that fails leaves no
+    mark, so the next worker to ask tries again and reports its own failure."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' base folders are siblings under the run's own
+    dest, done = root / "shared" / name, root / "shared" / f"{name}.done"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            build(dest)
+            done.touch()
+    return dest
+
+
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory) -> Path:
-    return make_clone(tmp_path_factory.mktemp("pristine") / "clone")
+    return shared(tmp_path_factory, "pristine", lambda d: make_clone(d / "clone")) / "clone"
 
 
 @pytest.fixture
@@ -64,9 +84,13 @@ def fresh_clone(pristine, tmp_path) -> Path:
 def first_dry_run(pristine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A fresh clone's first `snakemake -n` (torch made unimportable, as it must not be needed to plan) and the
     clone after it: tests/test_dag.py checks the dry run, the `clone` fixture copies the clone."""
-    dest = copy_clone(pristine, tmp_path_factory.mktemp("dry-run") / "clone")
-    return dest, subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=dest, capture_output=True,
-                                text=True)
+    def build(d: Path) -> None:
+        dest = copy_clone(pristine, d / "clone")
+        r = subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=dest, capture_output=True, text=True)
+        (d / "dry_run.json").write_text(json.dumps({"args": r.args, "returncode": r.returncode, "stdout": r.stdout,
+                                                    "stderr": r.stderr}))
+    d = shared(tmp_path_factory, "dry-run", build)
+    return d / "clone", subprocess.CompletedProcess(**json.loads((d / "dry_run.json").read_text()))
 
 
 @pytest.fixture
@@ -85,13 +109,15 @@ def built(first_dry_run, tmp_path_factory) -> Path:
     reads it as it is (dry runs), or edits a copy (built_clone)."""
     src, r = first_dry_run
     assert r.returncode == 0, r.stderr[-3000:]
-    clone = copy_clone(src, tmp_path_factory.mktemp("built") / "clone")
-    snakemake(clone, "-c", "2")
-    assert planned(clone) == []
-    copy = copy_clone(clone, tmp_path_factory.mktemp("built-copy") / "clone")
-    assert planned(copy) == []  # what built_clone relies on: a copy is as up to date as the original
-    shutil.rmtree(copy)
-    return clone
+
+    def build(d: Path) -> None:
+        clone = copy_clone(src, d / "clone")
+        snakemake(clone, "-c", "2")
+        assert planned(clone) == []
+        copy = copy_clone(clone, d / "copy")
+        assert planned(copy) == []  # what built_clone relies on: a copy is as up to date as the original
+        shutil.rmtree(copy)
+    return shared(tmp_path_factory, "built", build) / "clone"
 
 
 @pytest.fixture
@@ -118,11 +144,12 @@ def small_toy_built(first_dry_run, tmp_path_factory):
     """A fresh clone (first_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
     committed runs' specs differ, so they are moved aside as stale), their analysis built. Built once per
     session (a minute or more of training and probes): the fault test and the report test start from copies."""
-    clone = copy_clone(first_dry_run[0], tmp_path_factory.mktemp("small-toy") / "clone")
-    edit_config(clone, small_toy)
-    snakemake(clone, "-c", "2", "analysis")
-    assert planned(clone, "analysis") == []
-    return clone
+    def build(d: Path) -> None:
+        clone = copy_clone(first_dry_run[0], d / "clone")
+        edit_config(clone, small_toy)
+        snakemake(clone, "-c", "2", "analysis")
+        assert planned(clone, "analysis") == []
+    return shared(tmp_path_factory, "small-toy", build) / "clone"
 
 
 @pytest.fixture
@@ -206,3 +233,20 @@ def vllm_python(request):
     if not Path(python).exists():
         raise pytest.UsageError(f"--vllm-python={python}: no such interpreter")
     return os.path.abspath(python)  # not resolve(): a venv's python is a link, and the venv is in its path
+
+
+# pytest-xdist (README's test command runs `-n auto --dist loadgroup`): each test file runs whole on one worker, so a
+# module's fixtures are made once (the Slurm cluster test_slurm.py starts must not be started twice, and the real
+# vLLM engine is loaded once); the files that compose the paper's runs share one worker, so paper_composed is
+# composed once. The clones the session shares are built once for all workers (`shared`).
+SHARED_WORKER_FIXTURES = {"paper_composed": "paper"}
+
+
+def pytest_collection_modifyitems(config, items):
+    group_of = {}
+    for item in items:
+        for fixture, group in SHARED_WORKER_FIXTURES.items():
+            if fixture in item.fixturenames:
+                group_of[item.path] = group
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of.get(item.path, item.path.name)))
