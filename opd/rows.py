@@ -256,11 +256,6 @@ QUANT_ALPHA = "alpha:"  # + <weights>/<activations>/<kv_cache>: a recipe scaled 
 _DIAL_OF = {NOISE_FIXED: "noise_sigma", NOISE_REDRAWN: "noise_sigma", STALENESS: "staleness"}
 
 
-def quant_alpha(row: Row) -> float:
-    """A row's quantization scale (1: the recipe as it is), where Row has the field; 1.0 otherwise."""
-    return float(getattr(row, "quant_alpha", 1.0))
-
-
 def _recipe(row: Row) -> tuple[str, str, str]:
     return row.weights, row.activations, row.kv_cache
 
@@ -292,9 +287,9 @@ def mechanism(row: Row, rows=(), *, lr: float | None = None) -> str | None:
     if stale and not numerics and not noise:
         return STALENESS
     if numerics and not noise and not stale:
-        alpha = quant_alpha(row)
+        alpha = row.quant_alpha
         scaled = alpha < 1 or (alpha == 1 and any(
-            quant_alpha(r) < 1 and _recipe(r) == _recipe(row) and mechanism(r, (), lr=lr) for r in rows))
+            r.quant_alpha < 1 and _recipe(r) == _recipe(row) and mechanism(r, (), lr=lr) for r in rows))
         return f"{QUANT_ALPHA}{'/'.join(_recipe(row))}" if scaled else None
     return None
 
@@ -310,8 +305,7 @@ def dial(mechanism_name: str) -> str:
 
 def dial_value(row: Row, mechanism_name: str) -> float:
     """Where a row sits on its mechanism's dial (sigma, k or alpha)."""
-    field_name = dial(mechanism_name)
-    return quant_alpha(row) if field_name == "quant_alpha" else float(getattr(row, field_name))
+    return float(getattr(row, dial(mechanism_name)))
 
 
 def mechanism_order(mechanism_name: str) -> tuple:

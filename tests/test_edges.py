@@ -1,7 +1,6 @@
 """One Delta = tau edge per mechanism (opd.stats.edges): which rows lie on which dial (opd.rows.mechanism), the
 isotonic crossing, its interval from joint replicates, censoring, the ratio of two edges, and the committed toy's
 table."""
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,11 +15,6 @@ from conftest import ROOT
 
 
 # ---------------------------------------------------------------- which rows lie on which dial
-
-@dataclass(frozen=True)
-class AlphaRow(Row):  # Row with the quant_alpha field another change adds (opd.rows.quant_alpha reads it if present)
-    quant_alpha: float = 1.0
-
 
 def test_each_plain_row_lies_on_one_dial_and_the_rest_on_none():
     rows = [Row("bf16", baseline=True), Row("noise-10", noise_sigma=0.1), Row("edge-0p0632", noise_sigma=0.0632),
@@ -42,14 +36,14 @@ def test_each_plain_row_lies_on_one_dial_and_the_rest_on_none():
 
 
 def test_a_scaled_recipe_is_a_dial_with_its_full_strength_row():
-    rows = [AlphaRow("nvfp4", weights="nvfp4"), AlphaRow("nvfp4-a05", weights="nvfp4", quant_alpha=0.5),
-            AlphaRow("kv", kv_cache="fp8_e4m3"), AlphaRow("nvfp4-a05-l0", weights="nvfp4", quant_alpha=0.5,
+    rows = [Row("nvfp4", weights="nvfp4"), Row("nvfp4-a05", weights="nvfp4", quant_alpha=0.5),
+            Row("kv", kv_cache="fp8_e4m3"), Row("nvfp4-a05-l0", weights="nvfp4", quant_alpha=0.5,
                                                           bf16_layers=(0,))]
     got = {r.name: mechanism(r, rows, lr=1e-4) for r in rows}
     assert got == {"nvfp4": "alpha:nvfp4/none/none", "nvfp4-a05": "alpha:nvfp4/none/none", "kv": None,
                    "nvfp4-a05-l0": None}  # kv: no scaled row of its recipe
     assert dial(got["nvfp4"]) == "quant_alpha" and dial_value(rows[1], got["nvfp4"]) == 0.5
-    assert mechanism(Row("nvfp4", weights="nvfp4"), rows, lr=1e-4) == got["nvfp4"]  # a Row without the field: alpha 1
+    assert mechanism(Row("nvfp4", weights="nvfp4"), rows, lr=1e-4) == got["nvfp4"]  # alpha 1, the field unwritten
 
 
 # ---------------------------------------------------------------- isotonic crossing
