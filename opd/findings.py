@@ -1,66 +1,65 @@
-"""The toy paper's findings as sentences whose every number is computed here from the analysis files
-(the README links findings.md instead of typing numbers that drift at every regeneration); the claims scorecard
-that opens the file is opd.scorecard's. The sentence templates are the module-level strings below: one place to
-edit the wording."""
+"""The toy paper's findings, every number computed here from the analysis files: an opening of plain sentences (what
+the toy found about each of the paper's claims, at most OPENING_WORDS words), the claims scorecard as a table
+(opd.scorecard's Claims), the edges per mechanism and the FP8 KV cache's layers as tables, then the findings as
+bullets of at most BULLET_CHARS characters that link the per-row tables (figures/<experiment>/tables/) instead of
+enumerating rows. The sentence templates are the module-level strings below: one place to edit the wording.
+readme_paragraph gives the three sentences README.md's generated block holds (opd.docs)."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from opd import mechanism, stats
-from opd.scorecard import MECH_SPACES, prospective_texts, scorecard, two_digit_span, two_digits, variant_pairs
+from opd import mechanism, report, stats, store
+from opd import scorecard as S
+from opd.scorecard import MECH_SPACES, g, pct, signed, span, two_digit_span, two_digits, variant_pairs
 from opd.spec import RLCollapse
 
-NOISE = ("- **Instrument noise.** The standard engine against itself, one seed against another: Δ has SD "
-         "{sd_single:.1%} on {student} ({n_seeds} seeds; range {lo:+.1%} to {hi:+.1%}), where the problem-only "
-         "interval of the paper's rule gives that comparison an SE of {se_problem:.1%}. At the seed counts "
-         "compared ({n_row} per row against {n_seeds}) the run-to-run SD of Δ is {sd_used:.1%}. τ = {tau:.0%}.")
-DRAWS = ("- **Base-model draws.** {n_draws} base models per student, each its own SFT (run seed s trains from draw "
-         "s % {n_draws}); every comparison pairs its two sides on the draws the candidate ran, and the seed-aware "
-         "interval covers the draws (their spread, Student-t on the draws' count). The base model alone moves the "
-         "standard engine's final held-out KL by an SD of {sd_draw} (log scale) between draws, against {sd_run} "
-         "between OPD seeds on one draw; a configuration's Δ moves with the draw by an SD of {sd_dc} (the draw x "
-         "configuration interaction, log scale, pooled over each student's rows{dc_floor}). Judged on each draw alone (seed-aware rule, one seed against the "
-         "reference's on that draw), {n_same} of {n} comparisons with runs on every draw reach the same verdict on "
-         "all of them{differ}.")
-CLOSING = ("- **OPD works.** On the standard engine, held-out KL goes from {k0:.4f} to {k1:.4f} on {student}: "
-           "OPD closes {closed:.0%} of the student's KL to its teacher (mean of {n} seeds).")
-BUDGET = ("- **Budget of {student} at τ = {tau:.0%}**, {rule}: {interval} ({n_pass} configurations pass, "
-          "{n_fail} fail{unjudged}).")
-FAILS = "- **Fails under the seed-aware rule ({student}):** {items}."
-NOFAILS = "- **No configuration of {student} fails the seed-aware rule.**"
-DISAGREE = ("- **The two rules disagree** on {student}: {items} (paper's rule / seed-aware rule).")
-STALENESS = "- **Staleness at lr {lr:.0e}** ({student}, Δ against k = 0 at that lr, seed-aware rule): {items}."
+OPENING_WORDS, FILE_WORDS, BULLET_CHARS = 300, 2500, 600  # the limits tests/test_findings.py checks
+TABLES = "tables/{}.md"  # a per-row table beside findings.md (figures/<experiment>/tables/)
+
+NOISE = ("- **Instrument noise** ([tables/noise.md](tables/noise.md)). One seed of the standard engine against another: "
+         "the SD of Δ is {single} {where}, {used} at the seed counts compared, where the paper's problem-only "
+         "interval gives that comparison an SE of {se}. τ = {tau:.0%}.")
+DRAWS = ("- **Base-model draws.** {n_draws} base models per student, each comparison paired on them. The base model "
+         "moves the standard engine's final held-out KL by an SD of {sd_draw} (log) between draws, against {sd_run} "
+         "between OPD seeds; a configuration's Δ moves with the draw by an SD of {sd_dc}{dc_floor}. Judged on each "
+         "draw alone, {n_same} of {n} comparisons keep their verdict on every draw{differ}.")
+CLOSING = ("- **OPD works.** On the standard engine OPD closes {closed} of each student's held-out KL to its teacher "
+           "(mean of {n} seeds): {items}.")
+BUDGETS = ("- **B_emp** ([tables/budget.md](tables/budget.md), [tables/runs.md](tables/runs.md)). At τ = {tau:.0%} it "
+           "is inconsistent (a fail below a pass) on {n_seeds} of {n} students under the seed-aware rule and {n_paper} "
+           "under the paper's; {n_fail} configurations fail the seed-aware rule{disagree}.")
+STALENESS = ("- **Staleness** ({student}, Δ against k = 0 at the same lr, seed-aware rule; figure `staleness_lr`): "
+             "{items}.")
 ADMISSION = ("- **Admission check** (α = {alpha}, L = {L}, {n_prompts} prompts): {n_agree} of {n_decisions} "
-             "candidate engines' decisions agree with the training outcome (the paper's rule; the standard engine is "
-             "not counted); admitting every candidate would agree on {n_admit_all_agree} of {n_decisions}. D̂'s "
-             "bootstrap SE over prompts is {se_relative_min:.0%} to {se_relative_max:.0%} of D̂ where D̂ ≥ "
-             "{ratio_floor}; an SE of at most a third of D̂ needs up to {prompts_for_se_third:.0f} prompts there "
-             "(the SE of a mean shrinks as 1/√n). In-training D / offline D̂ reaches {alpha_implied:.2f} "
-             "(for D̂ ≥ {ratio_floor}); the largest passing D is {L_retrospective:.4g}.")
+             "candidate engines' decisions agree with training; admitting every candidate would agree on "
+             "{n_admit_all_agree} of {n_decisions}. D̂'s SE over prompts is {se_relative_min:.0%} to "
+             "{se_relative_max:.0%} of D̂ (D̂ ≥ {ratio_floor}): a third of D̂ needs up to {prompts_for_se_third:.0f} "
+             "prompts. In-training D / offline D̂ reaches {alpha_implied:.2f}.")
 ADMISSION_NONE = ("- **Admission check** (α = {alpha}, L = {L}): no candidate engine in this matrix has a training "
                   "outcome to compare with (the standard engine is not counted).")
-RL = "- **RL under the same engines** ({student}): {items}."
+RL = "- **RL under the same engines** ({student}; [tables/rl.md](tables/rl.md)): {items}."
+RL_ITEM = ("{name} collapses on {n_collapsed} of {engines}, {n_opd_pass} of which OPD passes; accuracy "
+           "{worst:+.1f} points at worst")
 RL_SPREAD = ("- **RL collapse thresholds against the seed spread** ({student}, the standard engine's {n} OPD seeds at the "
-             "final held-out evaluation, on all its base-model draws, the quantities the rule compares): mean "
-             "held-out response length varies by "
-             "{len_cv:.2%} across seeds (SD/mean), so the length factor {len_f:g}x is {len_sds:.0f} such SDs; {entropy}.")
+             "final held-out evaluation): mean held-out response length varies by {len_cv:.2%} across seeds "
+             "(SD/mean), so the length factor {len_f:g}x is {len_sds:.0f} such SDs; {entropy}.")
 RL_SPREAD_ENTROPY = ("held-out entropy varies by {ent_cv:.1%}, so the entropy factor {ent_f:g}x is {ent_sds:.0f} such "
                      "SDs")
 RL_SPREAD_NO_ENTROPY = ("held-out entropy is not in these runs (an optional column, logged since the rule), so its "
                         "spread is not measured here")
-# A layer's effect is split into the shares keys alone and values alone carry only where both shares' SEs are
-# at most this (50 points); a larger SE says nothing about the split at this sample.
-KV_SHARE_SE_MAX = 0.5
-KV_UNRESOLVED = "its split into keys and values is not resolved at this sample (a share's SE is above {max:.0%})"
-KV = ("- **FP8 KV cache by layer and part** ({student}, {recipe}, offline D̂ ± SE): every layer {all_kv}; {layers}.")
-GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max:g}, window {window}, cooldown {cooldown} doubling on "
-         "re-trigger; Δ with the seed-aware interval): {items}. Replayed over the standard engine's {runs} runs "
-         "the guards fire {alarms} times; its largest {window}-step mean of d_n is {worst:.2g}.")
-GUARD_ITEM = ("{config} ({action}{flush}): D = {d_ratio:.2g}x d_max, Δ = {delta:+.0%} [{lo:+.0%}, {hi:+.0%}], {verdict}, against {unguarded}'s "
-              "{u_delta:+.0%} [{u_lo:+.0%}, {u_hi:+.0%}], {u_verdict}; {cheap:.0%} of steps on the cheap engine, "
-              "{acts:g} activations per run; {speed}")
-GUARD_SPEED = ("measured inside the runs, the cheap engine's steps ran at {cheap_x:.2f}x the fallback's tokens/s and "
-               "the guarded run at {run_x:.2f}x (on the cores each run had: staleness buys speed only where its "
-               "rollout thread finds a free core, and a regeneration that runs as many jobs as cores leaves none free)")
+REDRAW_PAIRS = ("- **Redrawn against fixed noise, row by row.** Of {n} pairs of rows with the same σ on the same "
+                "student, the redrawn one has the smaller Δ in {n_smaller}, {n_more_d} of them at more D; their "
+                "seed-aware intervals are apart in {n_apart}.")
+DISTANCE = ("- **Distance from the teacher (a discriminating control).** {near} is {far} trained {steps} more SFT "
+            "steps on the same trajectory: initial held-out KL {kl_near:.4f} against {kl_far:.4f}. On the {n} engines "
+            "both ran Δ is larger on the nearer student on {n_larger}, beyond the seeds (intervals apart) on "
+            "{n_apart}; the verdict changes on {n_changed}{changed}.")
+GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max}, window {window}, cooldown {cooldown} doubling on "
+         "re-trigger; [tables/guard.md](tables/guard.md)): {n_pass} of {rows} pass (Δ {deltas}), their D "
+         "at {ratios}x d_max; {n_twin_fail} of their unguarded twins fail. {cheap} of steps ran on the cheap engine, "
+         "{acts} activations per run. Replayed over the standard engine's {runs} runs the guards fire {alarms} times.")
 RULE_NAMES = stats.RULE_NAMES
 # The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
 # analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers are typed here, labelled as the paper's.
@@ -73,55 +72,22 @@ MECH_BIAS = ("- **Mechanism: OPD's bias against REINFORCE's** (end of training o
              "seeds): OPD's mean per-prefix bias is at {opd}x of its step-0 size, REINFORCE's Rδ at {rl}x; per "
              "unit of mismatch (mean ‖δ‖₁, itself at {delta}x) OPD's is at {opd_per}x and REINFORCE's at {rl_per}x "
              "(the paper: OPD's bias vanishes as A → 0, REINFORCE's does not).")
-MECH_GROWTH = ("- **Mechanism: T and S against σ** (growth of T/U and S/U from σ = {lo:g} to {hi:g}, range over the "
-               "probe seeds): {items}. The paper's: S 5.3x (0.098 → 0.517), T 2.1x (0.198 → 0.417).")
-MECH_GROWTH_ITEM = "{space}, step {step}: S {S}x, T {T}x, S grows faster in {n_faster} of {n} probe seeds"
 MECH_SIZES = ("- **Mechanism: the sizes of T and S** (σ = {lo:g}–{hi:g}, every probed step and probe seed): {items}. "
               "The paper's T/U 0.198–0.417 and S/U 0.098–0.517.")
 MECH_SIZES_ITEM = "{space}: T > S at {n_gt} of {n} points, T/U {T}, S/U {S}"
 MECH_FIXED = ("- **Mechanism: error/update on fixed prefixes over training** (end over step 0): for σ ≥ {lo:g} the "
               "error shrinks more than the update in {n_shrink} of {n} cases (noise row × probe seed × space); at "
-              "σ = {hi:g}, logit space, error/update is {r0_hi} at step 0 and {r1_hi} at the end. Over every noise "
-              "row, probe seed and space the error is at {err}x of its step-0 size (the paper's falls to "
-              "0.11–0.13x, its update faster, its error/update rising 0.93 → 1.88). At σ = {small:g}, logit space, "
-              "error/update goes {r0_small} → {r1_small} (rises in {n_rise} of {n_small} probe seeds). The "
-              "student's KL(p‖p_T) on its own prefixes goes from {kl0} at step 0 to {kl1} at the end (noise rows, "
-              "probe seed {seed}).")
+              "σ = {hi:g}, logit space, error/update is {r0_hi} at step 0 and {r1_hi} at the end. The error ends at "
+              "{err}x of its step-0 size (the paper's at 0.11–0.13x, its error/update rising 0.93 → 1.88). At σ = "
+              "{small:g}, logit space, error/update goes {r0_small} → {r1_small} (rises in {n_rise} of {n_small} probe "
+              "seeds).")
 MECH_STALE = ("- **Mechanism: staleness** (k = {k}, error/update on fixed prefixes, logit space, probe seed {seed}): "
               "{items}; the standard engine's at step {last}: {base}.")
-MECH_COST = ("- **Mechanism: cost** (probes.parquet's timing columns): probing the {n_runs} runs took {cpu:.0f} CPU s "
-             "({per_run:.0f} s per run, {per_point:.1f} s per run, step and probe seed), inside each probed run's own "
-             "training job, which keeps the weights the probes read (no run is re-trained and no weights are stored). "
-             "Spread over {cores} cores that is about {cpu_cores:.0f} s of a from-scratch regeneration (its goal "
-             "and a re-measurement: benchmarks/probes.py).")
+
+MECH_COST = ("- **Mechanism: cost.** Probing the {n_runs} runs took {cpu:.0f} CPU s ({per_run:.0f} s per run), inside "
+             "each probed run's own training job: about {cpu_cores:.0f} s of a from-scratch regeneration on {cores} "
+             "cores (benchmarks/probes.py).")
 MECH_CORES = 2  # the cores of the README's reference machine (its set-up: 2 cores)
-
-
-def budget_sentence(b: pd.Series) -> str:
-    if np.isnan(b["lo"]) and np.isnan(b["hi"]):
-        interval = "no configurations judged"
-    elif np.isnan(b["hi"]):
-        interval = f"every configuration passes (largest D {b['lo']:.4g})"
-    elif np.isnan(b["lo"]):
-        interval = f"every configuration fails (smallest D {b['hi']:.4g})"
-    elif b["consistent"]:
-        interval = f"B_emp = [{b['lo']:.4g}, {b['hi']:.4g}], consistent"
-    else:
-        interval = (f"inconsistent: a configuration fails at D = {b['hi']:.4g} while another passes at "
-                    f"D = {b['lo']:.4g}")
-    unjudged = f", {int(b['n_unjudged'])} unjudged" if b["n_unjudged"] else ""
-    return BUDGET.format(student=b["student"], tau=b["tau"], rule=RULE_NAMES[b["rule"]], interval=interval,
-                         n_pass=int(b["n_pass"]), n_fail=int(b["n_fail"]), unjudged=unjudged)
-
-
-def rl_item(r) -> str:
-    opd = "not run"
-    if r.opd_config:
-        opd = f"Δ = {r.opd_delta:+.0%}, {r.opd_verdict_seeds or r.opd_verdict}"
-    se = f" ± {r.accuracy_change_se:.1f}" if np.isfinite(r.accuracy_change_se) else ""
-    return (f"{r.config}: {r.accuracy_change:+.1f}{se} accuracy points vs its standard-engine run ({int(r.n_seeds)} "
-            f"seed{'s' if r.n_seeds != 1 else ''})"
-            f"{f' (collapsed: {r.collapse_criteria})' if r.collapsed else ''}; OPD on that engine: {opd}")
 
 
 def rl_spread(heldout: pd.DataFrame, baseline: str, student: str, thresholds: dict) -> str | None:
@@ -146,70 +112,89 @@ def rl_spread(heldout: pd.DataFrame, baseline: str, student: str, thresholds: di
                             len_sds=sds(f["length_factor"], len_cv), entropy=entropy)
 
 
-def kv_sentences(kv: pd.DataFrame) -> list[str]:
-    """Per student and recipe: D_hat of every layer in FP8, and of each layer alone with the share of it that
-    keys alone and values alone carry."""
-    out = []
-    for (student, recipe), k in kv.groupby(["student", "recipe"]):
-        k = k.set_index(["mode", "layer", "part"])
-        est = lambda i: f"{k.loc[i, 'd_hat']:.2g} ± {k.loc[i, 'se']:.1g}"  # noqa: E731
-        share = lambda i: f"{k.loc[i, 'share']:.0%} ± {k.loc[i, 'share_se']:.0%}"  # noqa: E731
+def verdict_words(v: pd.Series) -> str:
+    """Verdicts in words: "all pass", "all fail", or which fail."""
+    v = list(v)
+    if all(x == "pass" for x in v):
+        return "all pass"
+    if all(x == "fail" for x in v):
+        return "all fail"
+    return f"{sum(x == 'fail' for x in v)} of {len(v)} fail"
 
-        def parts(i):
-            whole = k.loc[("only", i, "kv")]
-            if whole["d_hat"] < 2 * whole["se"]:  # a share of an effect within 2 SE of 0 means nothing
-                return "too close to 0 to split into keys and values"
-            if max(k.loc[("only", i, p), "share_se"] for p in ("k", "v")) > KV_SHARE_SE_MAX:
-                return KV_UNRESOLVED.format(max=KV_SHARE_SE_MAX)
-            return f"keys only {share(('only', i, 'k'))} and values only {share(('only', i, 'v'))} of it"
-        layers = "; ".join(f"layer {i} alone {est(('only', i, 'kv'))}, {parts(i)}"
-                           for i in sorted(k.xs("only", level="mode").index.get_level_values("layer").unique()))
-        out.append(KV.format(student=student, recipe=recipe, all_kv=est(("all", -1, "kv")), layers=layers))
+
+def rl_sentence(rl: pd.DataFrame, student: str) -> str | None:
+    """Per RL algorithm on one student: how many of its engines it collapses on, how many of those OPD passes, and its
+    worst accuracy change (the per-row record: tables/rl.md)."""
+    t = rl[(rl["student"] == student) & (rl["reference"] != rl["config"])]
+    if t.empty:
+        return None
+    items = [RL_ITEM.format(name=S.ALGORITHM_NAMES.get(alg, alg), engines=S.plural(len(x), "engine"),
+                            n_collapsed=int(x["collapsed"].sum()),
+                            n_opd_pass=int((x["collapsed"] & (x["opd_verdict_seeds"] == "pass")).sum()),
+                            worst=x["accuracy_change"].min())
+             for alg, x in t.groupby("algorithm", sort=False)]
+    return RL.format(student=student, items="; ".join(items))
+
+
+def edges_table(edges: pd.DataFrame) -> list[str]:
+    """Each student's Delta = tau edge per mechanism (seed-aware rule) in D, over D(0) and as a share of the initial
+    held-out KL."""
+    out = ["| student | mechanism | edge D, nats/token [95%] | × D(0) | share of initial KL |", "|---|---|---|---|---|"]
+    for e in S.seeds_rule(edges).sort_values(["student", "mechanism"],
+                                             key=lambda c: c.map(S.mechanism_order) if c.name == "mechanism" else c
+                                             ).itertuples():
+        if np.isinf(e.D_edge):
+            d0, kl = f"> {g(e.edge_over_d0_lo)}", f"> {pct(e.edge_over_kl0_lo)}"
+        elif e.D_edge == 0:
+            d0, kl = f"< {g(e.edge_over_d0_hi)}", f"< {pct(e.edge_over_kl0_hi)}"
+        else:
+            d0 = f"{g(e.edge_over_d0)} [{g(e.edge_over_d0_lo)}, {g(e.edge_over_d0_hi)}]"
+            kl = f"{pct(e.edge_over_kl0)} [{pct(e.edge_over_kl0_lo)}, {pct(e.edge_over_kl0_hi)}]"
+        out.append(f"| {e.student} | {S.mechanism_label(e.mechanism)} | {S.edge_cell(e)} | {d0} | {kl} |")
     return out
 
 
-def guard_sentences(g: pd.DataFrame) -> list[str]:
-    """Per student and guard setting: each guarded row against the same engine unguarded (analysis/guard.parquet)."""
+def guard_sentences(gd: pd.DataFrame) -> list[str]:
+    """Per student and guard setting: the guarded rows against the same engines unguarded (analysis/guard.parquet;
+    each row's numbers in tables/guard.md)."""
     out = []
-    for (student, d_max, window, cooldown), t in g.groupby(["student", "d_max", "window", "cooldown"]):
-        items = "; ".join(GUARD_ITEM.format(
-            config=r.config, action=r.action, flush=", flush" if r.flush else "",
-            d_ratio=r.D_over_d_max, delta=r.delta, lo=r.ci_lo_seeds, hi=r.ci_hi_seeds,
-            verdict=r.verdict_seeds, unguarded=r.unguarded, u_delta=r.unguarded_delta, u_lo=r.unguarded_ci_lo_seeds,
-            u_hi=r.unguarded_ci_hi_seeds, u_verdict=r.unguarded_verdict_seeds, cheap=r.cheap_share, acts=r.activations,
-            speed=GUARD_SPEED.format(cheap_x=r.cheap_over_fallback, run_x=r.run_over_fallback)
-            + ("" if r.fallback_is_standard else f" (its fallback is {r.action}: not the standard engine)"))
-            for r in t.itertuples() if r.unguarded is not None)
-        out.append(GUARD.format(student=student, d_max=d_max, window=window, cooldown=cooldown, items=items,
-                                runs=int(t["baseline_runs"].iloc[0]), alarms=int(t["baseline_alarms"].sum()),
-                                worst=t["baseline_max_window_d"].iloc[0]))
+    gd = gd[gd["unguarded"].notna()]
+    for (student, d_max, window, cooldown), t in gd.groupby(["student", "d_max", "window", "cooldown"]):
+        out.append(GUARD.format(student=student, d_max=f"{d_max:g}", window=window, cooldown=cooldown,
+                                rows=S.plural(len(t), "guarded row"),
+                                n_pass=int((t["verdict_seeds"] == "pass").sum()),
+                                deltas=f"{signed(t['delta'].min())} to {signed(t['delta'].max())}",
+                                ratios=span(t["D_over_d_max"]),
+                                n_twin_fail=int((t["unguarded_verdict_seeds"] == "fail").sum()),
+                                cheap=S.pct_span(t["cheap_share"]), acts=span(t["activations"], lambda v: f"{v:.3g}"),
+                                runs=int(t["baseline_runs"].iloc[0]), alarms=int(t["baseline_alarms"].sum())))
     return out
 
 
 def draws_sentence(draws: pd.DataFrame, noise: pd.DataFrame) -> str | None:
-    """What the base-model draws change: the draw SD beside the seed SD, and which comparisons' seed-aware
-    verdicts differ from draw to draw (the analysis's draws.parquet); None with one draw."""
+    """What the base-model draws change: the draw SD beside the seed SD, and how many comparisons' seed-aware verdicts
+    differ from draw to draw (each named in the analysis's draws.parquet); None with one draw."""
     n_draws = int(draws["draw"].max()) + 1 if len(draws) else 1
     if n_draws < 2:
         return None
-    g = draws[draws["verdict_seeds"].notna()].groupby(["student", "config"])
-    full = [(k, x) for k, x in g if x["draw"].nunique() == n_draws]
-    split = [(k, x.sort_values("draw")) for k, x in full if x["verdict_seeds"].nunique() > 1]
-    differ = "" if not split else "; they differ on " + "; ".join(
-        f"{st} {c} ({', '.join(f'draw {r.draw} {r.delta:+.0%} {r.verdict_seeds}' for r in x.itertuples())})"
-        for (st, c), x in split)
-    span = lambda col: two_digit_span(noise[col].dropna())  # noqa: E731
-    return DRAWS.format(n_draws=n_draws, sd_draw=span("sd_draw"), sd_run=span("sd_run"),
-                        sd_dc=span("sd_draw_config") if "sd_draw_config" in noise else "–",
+    g_ = draws[draws["verdict_seeds"].notna()].groupby(["student", "config"])
+    full = [(k, x) for k, x in g_ if x["draw"].nunique() == n_draws]
+    split = [k for k, x in full if x["verdict_seeds"].nunique() > 1]
+    differ = "" if not split else (f"; {len(split)} change{'s' * (len(split) == 1)} with it "
+                                   f"(analysis/draws.parquet names {'it' if len(split) == 1 else 'them'})")
+    sp = lambda col: two_digit_span(noise[col].dropna())  # noqa: E731
+    return DRAWS.format(n_draws=n_draws, sd_draw=sp("sd_draw"), sd_run=sp("sd_run"),
+                        sd_dc=sp("sd_draw_config") if "sd_draw_config" in noise else "–",
                         dc_floor=draw_config_floor(noise.get("sd_draw_config")),
                         n_same=len(full) - len(split), n=len(full), differ=differ)
 
 
-DISTANCE = ("- **Distance from the teacher (a discriminating control).** {near} is {far} trained {steps} more SFT "
-            "steps on the same trajectory (the same teacher recipe): initial held-out KL {kl_near:.4f} against "
-            "{kl_far:.4f}. On the engines both ran (seed-aware intervals): {items}. Δ is larger on the nearer "
-            "student on {n_larger} of {n} engines, beyond the seeds (intervals apart) on {n_apart}; verdicts: "
-            "{verdicts}.")
+def draw_config_floor(sd) -> str:
+    """The words a zero draw x configuration SD needs: its estimate is unbiased and floored at 0 when pooled
+    (opd.stats.pool_draw_variance), so 0 means the draws' spread of Δ is no larger than their seeds explain."""
+    n = 0 if sd is None else int((pd.Series(sd, dtype=float).dropna() == 0).sum())
+    return "" if not n else (f" (floored at 0 on {n} student{'s' if n > 1 else ''}: no more spread than the seeds "
+                             f"explain)")
 
 
 def nearer_pairs(students: dict) -> list[tuple[str, str]]:
@@ -226,7 +211,7 @@ def nearer_pairs(students: dict) -> list[tuple[str, str]]:
 
 def distance_sentences(verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: str, students: dict) -> list[str]:
     """The control students nearer their teacher (nearer_pairs) against their far twin on every engine both ran:
-    Delta on each, whether the nearer one's is larger and whether the seed-aware intervals are apart."""
+    on how many Delta is larger on the nearer one, beyond the seeds, and where the verdict changes."""
     out = []
     v = verdicts.set_index(["student", "config"])
     h = heldout[(heldout["config"] == baseline)]
@@ -236,27 +221,78 @@ def distance_sentences(verdicts: pd.DataFrame, heldout: pd.DataFrame, baseline: 
             continue
         kl0 = {s: h[(h["student"] == s) & (h["step"] == h["step"].min())].groupby("seed")["kl"].mean().mean()
                for s in (near, far)}
-        items, larger, apart, verdicts_ = [], 0, 0, []
+        larger, apart, changed = 0, 0, []
         for c in shared:
             a, b = v.loc[(far, c)], v.loc[(near, c)]
             larger += b.delta > a.delta
             apart += (b.ci_lo_seeds > a.ci_hi_seeds) or (b.ci_hi_seeds < a.ci_lo_seeds)
-            items.append(f"{c} {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, {a.ci_hi_seeds:+.0%}] → {b.delta:+.0%} "
-                         f"[{b.ci_lo_seeds:+.0%}, {b.ci_hi_seeds:+.0%}]")
-            verdicts_.append(f"{c} {a.verdict_seeds} → {b.verdict_seeds}")
-        out.append(DISTANCE.format(near=near, far=far, kl_near=kl0[near], kl_far=kl0[far], items="; ".join(items),
+            if a.verdict_seeds != b.verdict_seeds:
+                changed.append(f"{c} {a.verdict_seeds} → {b.verdict_seeds}")
+        out.append(DISTANCE.format(near=near, far=far, kl_near=kl0[near], kl_far=kl0[far], n=len(shared),
                                    steps=students[near]["student_steps"] - students[far]["student_steps"],
-                                   n_larger=int(larger), n=len(shared), n_apart=int(apart),
-                                   verdicts="; ".join(verdicts_)))
+                                   n_larger=int(larger), n_apart=int(apart), n_changed=len(changed),
+                                   changed=f" ({', '.join(changed)})" if changed else ""))
     return out
 
 
-def draw_config_floor(sd) -> str:
-    """The words a zero draw x configuration SD needs: its estimate is unbiased and floored at 0 when pooled
-    (opd.stats.pool_draw_variance), so 0 means the draws' spread of Δ is no larger than their seeds explain."""
-    n = 0 if sd is None else int((pd.Series(sd, dtype=float).dropna() == 0).sum())
-    return "" if not n else (f"; at 0 on {n} student{'s' if n > 1 else ''}: the pooled estimate is floored at 0, the "
-                             f"draws' spread of Δ being no larger than their seeds explain")
+def redraw_pairs(verdicts: pd.DataFrame, rows: pd.DataFrame) -> str | None:
+    """Every redrawn noise row beside the fixed-direction budget row of the same sigma on the same student: how often
+    the redrawn one has the smaller Delta, at more D, and with the seed-aware intervals apart."""
+    if "noise_redraw" not in rows:
+        return None
+    redrawn = rows["noise_redraw"].fillna(False).astype(bool)
+    fixed = rows[~redrawn & rows["in_budget"] & (rows["noise_sigma"] > 0)]
+    v = verdicts.set_index(["student", "config"])
+    n = smaller = more = apart = 0
+    for r in rows[redrawn].itertuples():
+        for f in fixed[fixed["noise_sigma"] == r.noise_sigma]["name"]:
+            for student in [s for s, c in v.index if c == r.name and (s, f) in v.index]:
+                a, b = v.loc[(student, r.name)], v.loc[(student, f)]
+                n += 1
+                smaller += a.delta < b.delta
+                more += a.delta < b.delta and a.D >= b.D
+                apart += a.ci_hi_seeds < b.ci_lo_seeds or a.ci_lo_seeds > b.ci_hi_seeds
+    return REDRAW_PAIRS.format(n=n, n_smaller=smaller, n_more_d=more, n_apart=apart) if n else None
+
+
+def budgets_sentence(budget: pd.DataFrame, verdicts: pd.DataFrame, rows: pd.DataFrame, tau: float) -> str | None:
+    """B_emp in one sentence: on how many students it is inconsistent under each rule, how many budget rows fail the
+    seed-aware rule, and where the two rules disagree (each row's verdicts: tables/runs.md)."""
+    b = budget[np.isclose(budget["tau"], tau)]
+    if b.empty:
+        return None
+    bad = lambda rule: int((~b.loc[b["rule"] == rule, "consistent"].astype(bool)).sum())  # noqa: E731
+    v = verdicts[verdicts["config"].isin(set(rows.loc[rows["in_budget"], "name"]))]
+    differ = v[v["verdict_seeds"].notna() & (v["verdict"] != v["verdict_seeds"])]
+    disagree = "" if differ.empty else (
+        f"; the two rules disagree on {len(differ)} (" + ", ".join(f"{r.student} {r.config}" for r in
+                                                                    differ.head(3).itertuples())
+        + (", ..." if len(differ) > 3 else "") + ")")
+    return BUDGETS.format(tau=tau, n=b["student"].nunique(), n_seeds=bad("seeds"), n_paper=bad("paper"),
+                          n_fail=int((v["verdict_seeds"] == "fail").sum()), disagree=disagree)
+
+
+def opd_works(heldout: pd.DataFrame, baseline: str, students: list[str]) -> str | None:
+    base = heldout[heldout["config"] == baseline]
+    items, closed, n = [], [], 0
+    for student in students:
+        h = base[base["student"] == student]
+        if len(h):
+            k = h.groupby(["seed", "step"])["kl"].mean().unstack("step")
+            k0, k1 = k.iloc[:, 0].mean(), k.iloc[:, -1].mean()
+            items.append(f"{student} {k0:.4f} → {k1:.4f}")
+            closed.append(1 - k1 / k0)
+            n = max(n, len(k))
+    return CLOSING.format(closed=S.pct_span(closed), n=n, items=", ".join(items)) if items else None
+
+
+def noise_sentence(noise: pd.DataFrame, tau: float) -> str | None:
+    if noise.empty:
+        return None
+    lo, hi = noise.loc[noise["sd_single"].idxmin()], noise.loc[noise["sd_single"].idxmax()]
+    where = f"on {lo['student']}" if len(noise) == 1 else f"across students ({lo['student']} to {hi['student']})"
+    return NOISE.format(single=S.pct_span(noise["sd_single"]), where=where,
+                        used=S.pct_span(noise["sd_used"]), se=S.pct_span(noise["se_problem"]), tau=tau)
 
 
 def mechanism_bound(t: pd.DataFrame, prefix: pd.DataFrame) -> dict:
@@ -275,18 +311,6 @@ def mechanism_bias(t: pd.DataFrame) -> dict:
     return {"opd": two_digit_span(ot["opd_bias"]), "rl": two_digit_span(ot["rl_bias"]),
             "opd_per": two_digit_span(ot["opd_per"]), "rl_per": two_digit_span(ot["rl_per"]),
             "delta": two_digit_span(ot["delta"])}
-
-
-def mechanism_growth(t: pd.DataFrame) -> list[str]:
-    """Growth of T/U and S/U from LO to HI per space and end step, with how many probe seeds see S grow faster."""
-    items = []
-    for step in (int(t["step"].max()), int(t["step"].min())):
-        for space in ("param", "logit"):
-            s, tt = mechanism.growths(t, "S", step, space), mechanism.growths(t, "T", step, space)
-            if len(s):
-                items.append(MECH_GROWTH_ITEM.format(space=MECH_SPACES[space], step=step, S=two_digit_span(s),
-                                                     T=two_digit_span(tt), n_faster=int((s > tt).sum()), n=len(s)))
-    return items
 
 
 def mechanism_sizes(t: pd.DataFrame) -> list[str]:
@@ -334,8 +358,8 @@ def mechanism_cost(t: pd.DataFrame) -> dict:
     """The probes' time from their timing columns (per run: probe_s wall, probe_cpu_s CPU)."""
     runs = t.groupby(["config", "seed"]).first()
     cpu = runs["probe_cpu_s"].sum()
-    return {"cpu": cpu, "n_runs": len(runs), "per_run": cpu / len(runs), "per_point": cpu / len(t),
-            "cores": MECH_CORES, "cpu_cores": cpu / MECH_CORES}
+    return {"cpu": cpu, "n_runs": len(runs), "per_run": cpu / len(runs), "cores": MECH_CORES,
+            "cpu_cores": cpu / MECH_CORES}
 
 
 def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) -> list[str]:
@@ -344,8 +368,6 @@ def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) ->
     out = [MECH_BOUND.format(student=t["student"].iloc[0], **mechanism_bound(t, prefix))]
     if (t["noise_sigma"] > 0).any():
         out.append(MECH_BIAS.format(**mechanism_bias(t)))
-        if growth := mechanism_growth(t):
-            out.append(MECH_GROWTH.format(items="; ".join(growth), **lo_hi))
         if sizes := mechanism_sizes(t):
             out.append(MECH_SIZES.format(items="; ".join(sizes), **lo_hi))
         out.append(MECH_FIXED.format(**mechanism_fixed(t), **lo_hi))
@@ -355,9 +377,11 @@ def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) ->
     return out
 
 
+
+
 def predictor_sentence(record: pd.DataFrame) -> str | None:
     """Which offline statistic at the step-0 student predicts training (analysis/predictors.parquet): the paper's
-    rule, admitting everything, the best single statistic held out, and the nested choice, each with n."""
+    rule, admitting everything, the best single statistic held out, the nested choice, and the rule fitted on all."""
     r = record[record["student"] == "all"].set_index(["statistic", "split"])
     if ("paper_rule", "fixed") not in r.index or not r.loc[("paper_rule", "fixed"), "n"]:
         return None
@@ -366,35 +390,34 @@ def predictor_sentence(record: pd.DataFrame) -> str | None:
     def acc(key):
         x = r.loc[key]
         return f"{int(x['n_agree'])}/{int(x['n'])} ({x['accuracy']:.0%})"
-    best = {split: fit.xs(split, level=1)["accuracy"].idxmax() for split in ("row", "student")
-            if split in fit.index.get_level_values(1) and fit.xs(split, level=1)["accuracy"].notna().any()}
-    parts = [f"the paper's rule (α D̂ < L) agrees with training on {acc(('paper_rule', 'fixed'))} candidates, "
-             f"admitting every one on {acc(('admit_all', 'fixed'))}"]
-    names = {"row": "leaving out one candidate", "student": "leaving out one whole student"}
-    for split, stat in best.items():
-        x = r.loc[(stat, split)]
-        parts.append(f"{names[split]}, the best single statistic is {stats.PREDICTORS[stat]} at {acc((stat, split))}"
-                     f" (Spearman ρ with Δ {x['spearman']:+.2f}), D̂'s own threshold {acc(('d_hat', split))}, and the "
-                     f"statistic chosen inside each fold {acc(('selected', split))}")
+    parts = [f"the paper's rule (α D̂ < L) {acc(('paper_rule', 'fixed'))}, admitting every candidate "
+             f"{acc(('admit_all', 'fixed'))}"]
+    if "row" in fit.index.get_level_values(1) and fit.xs("row", level=1)["accuracy"].notna().any():
+        stat = fit.xs("row", level=1)["accuracy"].idxmax()
+        parts.append(f"leaving one candidate out, the best single statistic ({stats.PREDICTORS[stat]}) "
+                     f"{acc((stat, 'row'))} and the statistic chosen inside each fold {acc(('selected', 'row'))}")
     goal = r.loc[("selected", "row"), "accuracy"] >= 0.9 and r.loc[("selected", "row"), "n_agree"] > \
         r.loc[("paper_rule", "fixed"), "n_agree"]
     rule = stats.fitted_rule_of(record)
-    fitted = ("" if rule is None else f" Fitted on every candidate, the choice is {rule.label}: the admission record's "
-              f"second rule (table and figure `admission`), {rule.n_agree}/{rule.n} in sample.")
+    fitted = "" if rule is None else f" Fitted on every candidate: {rule.label} ({rule.n_agree}/{rule.n} in sample)."
+    return (f"- **Which offline statistic predicts training** (statistics at the step-0 student; figure `predictors`): "
+            + "; ".join(parts) + ". " + ("The nested choice reaches the 90% goal." if goal else
+                                         "No rule reaches the 90% goal held out.") + fitted)
+
+
+def prospective_sentence(record: pd.DataFrame) -> str | None:
+    """config.yaml's frozen rules, each on the candidates that ran after it was fixed."""
     tests = stats.prospective_tests_of(record)
-    if tests:
-        fitted += f" Tested forward: {prospective_texts(tests)}."
-    return (f"- **Which offline statistic predicts training** (every candidate engine of every student, statistics at "
-            f"the step-0 student, threshold rules fitted on the other candidates; analysis/predictors.parquet): "
-            + "; ".join(parts) + ". " + ("The nested choice reaches the 90% goal and beats the paper's rule."
-                                         if goal else "No offline rule here reaches the 90% goal held out: the best "
-                                         "single statistic is chosen on the same candidates, so only the nested "
-                                         "choice's agreement is an honest estimate.") + fitted)
+    if not tests:
+        return None
+    items = [f"{p.name} ({p.label}, fitted on {p.n_fitted_on}) matches {p.n_agree} of {p.n} new candidates, the "
+             f"paper's rule {p.n_agree_paper}, admitting every one {p.n_agree_all}" if p.n else
+             f"{p.name} has no new candidate yet" for p in tests]
+    return "- **Frozen rules, tested forward** (config.yaml's `frozen_rules`): " + "; ".join(items) + "."
 
 
 def fitted_misses_sentence(record: pd.DataFrame, step0: pd.DataFrame) -> str | None:
-    """The candidates the fitted rule, fitted on every candidate, still gets wrong (in sample): each with its
-    statistic, outcome and Delta, so what the rule cannot see is named, not only counted."""
+    """The candidates the fitted rule, fitted on every candidate, still gets wrong (in sample), named by outcome."""
     rule = stats.fitted_rule_of(record)
     if rule is None or rule.statistic not in step0:
         return None
@@ -404,114 +427,181 @@ def fitted_misses_sentence(record: pd.DataFrame, step0: pd.DataFrame) -> str | N
     wrong = t[np.isfinite(x) & (admit != (t["outcome"] == "pass").to_numpy())]
     if not len(wrong):
         return f"- **The fitted rule** (admit iff {rule.label}) agrees with training on every candidate in sample."
-    items = "; ".join(f"{r.student} {r.config} ({getattr(r, rule.statistic):.3g}, {r.outcome} at Δ {r.delta:+.0%})"
-                      for r in wrong.sort_values(["outcome", "student", "config"]).itertuples())
-    return (f"- **What the fitted rule cannot see** (admit iff {rule.label}, fitted on every candidate): in sample it "
-            f"still disagrees with training on {len(wrong)} of {rule.n}: {items}. A pass it rejects is an engine whose "
-            f"step-0 error looks as large as the fails' but whose training did not suffer; a fail it admits, the "
-            f"opposite.")
+    names = lambda w: ", ".join(f"{r.student} {r.config}" for r in w.sort_values(["student", "config"]).itertuples())  # noqa: E731
+    fails, passes = wrong[wrong["outcome"] == "fail"], wrong[wrong["outcome"] == "pass"]
+    return (f"- **What the fitted rule cannot see** (admit iff {rule.label}): in sample it disagrees with training on "
+            f"{len(wrong)} of {rule.n}" + (f"; fails it admits: {names(fails)}" if len(fails) else "")
+            + (f"; passes it rejects (step-0 error as large as the fails', training unharmed): {names(passes)}"
+               if len(passes) else "") + ".")
 
 
 def tis_sentence(verdicts: pd.DataFrame, rows: pd.DataFrame, step0: pd.DataFrame) -> str | None:
-    """TIS's rescue against its hypothesis (config.yaml: formed on the matrix's first TIS row, noise-234's rescue, and
-    fixed before the TIS rows after it ran; only those count as tests): TIS removes the per-token error T of the engine's update, not the prefix shift S, so it passes
-    where the engine's step-0 error is mostly T (T/U > S/U, parameter space, analysis/predictor_stats) and on the
-    standard engine (no error); elsewhere it predicts nothing. Each prediction against the seed-aware verdict."""
+    """TIS's rescue against its hypothesis (config.yaml: formed on the matrix's first TIS row and fixed before the TIS
+    rows after it ran; only those count as tests): TIS removes the per-token error T of the engine's update, not the
+    prefix shift S, so it passes where the engine's step-0 error is mostly T (T/U > S/U, parameter space,
+    analysis/predictor_stats) and on the standard engine (no error); elsewhere it predicts nothing."""
     s0 = step0.set_index(["student", "config"])
     items, held = [], []
     for r, plain, student, a, b in variant_pairs(verdicts, rows, "tis"):
         if plain.baseline:
-            why, predicted = "the standard engine: no error to remove", "pass"
+            why, predicted = "no error", "pass"
         elif (student, plain.name) in s0.index:
-            T, S = s0.loc[(student, plain.name), ["T_U_param", "S_U_param"]]
-            predicted = "pass" if T > S else None
-            why = f"step 0: T/U {T:.2g}, S/U {S:.2g}"
+            T, S_ = s0.loc[(student, plain.name), ["T_U_param", "S_U_param"]]
+            predicted = "pass" if T > S_ else None
+            why = f"T/U {T:.2g}, S/U {S_:.2g}"
         else:
             continue
         first = not items  # the matrix's first TIS row: the rescue the hypothesis was formed on, not a test of it
         if predicted and isinstance(a.verdict_seeds, str) and not first:
             held.append(a.verdict_seeds == predicted)
-        items.append(("formed on " if first else "") + f"{student} {plain.name} ({why}): plain {b.verdict_seeds} at Δ {b.delta:+.0%}, TIS "
-                     f"{a.verdict_seeds} at Δ {a.delta:+.0%} [{a.ci_lo_seeds:+.0%}, {a.ci_hi_seeds:+.0%}]"
-                     + (f", predicted {predicted}" if predicted else ", no prediction (S ≥ T)"))
+        items.append(("formed on " if first else "") + f"{student} {plain.name} ({why}): {b.verdict_seeds} → "
+                     f"{a.verdict_seeds}" + (f", predicted {predicted}" if predicted and not first
+                                             else "" if first else ", no prediction"))
     if not held:
         return None
-    return (f"- **TIS's rescue, tested** (the hypothesis, formed on the first TIS row and fixed in config.yaml before "
-            f"the others ran: TIS's weights min(p/q, C) remove the per-token error T of the engine's update, not the "
-            f"prefix shift S, so TIS passes wherever the step-0 error is mostly T and on the standard engine): "
-            + "; ".join(items) + f". {sum(held)} of {len(held)} predictions made before their runs held.")
+    return (f"- **TIS's rescue, tested** (fixed in config.yaml before the runs: TIS removes the per-token error T, not "
+            f"the prefix shift S, so it passes where step-0 error is mostly T; plain → TIS): " + "; ".join(items)
+            + f". {sum(held)} of {len(held)} predictions made before their runs held.")
+
+
+# ---------------------------------------------------------------- the whole file
+
+def words(text: str) -> int:
+    """Words as tests/test_findings.py counts them, as `wc -w` does: every whitespace-separated token."""
+    return len(text.split())
+
+
+def opening_text(text: str) -> str:
+    """findings.md's opening: the text before its first table or its second heading."""
+    out = []
+    headings = 0
+    for line in text.splitlines():
+        headings += line.startswith("#")
+        if line.startswith("|") or headings > 1:
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def claims_of(verdicts, edge, edges, edge_ratios, rows, staleness, rl, admission, tau, primary, kv=None, probes=None,
+              predictors=None) -> list[S.Claim]:
+    return S.claims(verdicts, edge, edges, edge_ratios, rows, staleness, rl, admission, tau, primary, kv=kv,
+                    probes=probes, fitted=stats.fitted_rule_of(predictors) if predictors is not None else None)
+
+
+def opening(cs: list[S.Claim], redraw: S.Redraw | None, guard: str | None) -> list[str]:
+    """The opening paragraphs: the clearest finding, then one plain sentence per claim, then the guard."""
+    out = [redraw.sentence(), ""] if redraw is not None else []
+    out += [" ".join(c.plain for c in cs), ""]
+    return out + ([guard, ""] if guard else [])
+
+
+def readme_paragraph(cs: list[S.Claim], redraw: S.Redraw | None, guard: S.Guard | None, n_students: int,
+                     findings_link: str = "figures/toy/findings.md") -> str:
+    """README.md's "What the toy finds": exactly three sentences from the same Claims, redrawn noise and guard."""
+    first = (f"On the toy's {n_students} students, a weight-noise direction redrawn at every step hurts far less than a "
+             f"fixed one at the same or more mismatch D: its Δ = τ edge lies {redraw.redrawn}, the fixed one's "
+             f"{redraw.fixed}, apart beyond their 95% interval on {redraw.n_differ} of {redraw.n} students, so the "
+             f"error's persistence matters, not its per-token KL alone." if redraw is not None and redraw.n_differ else
+             f"On the toy's {n_students} students, redrawing the weight-noise direction at every step is not told "
+             f"apart from a fixed direction.")
+    groups = [(S.DISAGREES, "disagrees with {}"), (S.AGREES, "agrees on {}"), (S.UNRESOLVED, "leaves {} unresolved"),
+              (S.UNTESTABLE, "cannot test, at its scale, {}")]
+    said = [f.format(S.phrases(cs, v)) for v, f in groups if S.phrases(cs, v)]
+    second = "Of the paper's claims the toy " + "; it ".join(said[:-1]) + ("; and it " if len(said) > 1 else "") \
+        + said[-1] + "."
+    link = f"[{findings_link}]({findings_link})"
+    every = "" if guard is None else "every" if guard.passes == guard.n else f"{guard.passes} of {guard.n}"
+    third = (f"Beyond the paper, a guard falling back past d_max = {guard.lines} keeps {every} "
+             f"guarded row passing ({guard.rescued} where the unguarded twin fails) at {guard.ratios}x that line, and "
+             f"{link} gives every number with its criterion." if guard is not None else
+             f"{link} gives every number with its criterion.")
+    return " ".join([first, second, third])
 
 
 def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission, rl, tau, baseline, primary,
              kv=None, probes=None, guard=None, rl_thresholds=None, edge=None, decides=None, predictors=None,
              predictor_stats=None, draws=None, student_specs=None, edges=None, edge_ratios=None) -> str:
-    """probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny backend).
-    rl_thresholds: the experiment's rl_collapse settings as config.yaml writes them (defaults: opd.spec.RLCollapse).
-    edge, decides, edges, edge_ratios: the analysis's edge.parquet, decides.parquet, edges.parquet and
-    edge_ratios.parquet; with all four, the claims scorecard comes first.
-    draws: the analysis's draws.parquet (each comparison on each base-model draw alone). student_specs: the students'
-    specs as config.yaml writes them (the control students nearer their teacher are found from them)."""
-    out = [f"# Findings of this experiment (generated by workflow/scripts/findings.py; τ = {tau:.0%})", ""]
-    if edge is not None and decides is not None and edges is not None and edge_ratios is not None:
-        out += scorecard(verdicts, edge, decides, rows, heldout, admission, rl, tau, primary, kv=kv, probes=probes,
-                         fitted=stats.fitted_rule_of(predictors) if predictors is not None else None,
-                         prospective=stats.prospective_tests_of(predictors) if predictors is not None else (),
-                         edges=edges, edge_ratios=edge_ratios)
+    """findings.md. probes: (probes.parquet, probes_prefix.parquet) where the experiment probes the mechanism (tiny
+    backend). rl_thresholds: the experiment's rl_collapse settings as config.yaml writes them (defaults:
+    opd.spec.RLCollapse). edge, edges, edge_ratios: the analysis's edge.parquet, edges.parquet and edge_ratios.parquet;
+    with all three the opening and the claims scorecard come first. draws: draws.parquet (each comparison on each
+    base-model draw alone). student_specs: the students' specs as config.yaml writes them (the control students nearer
+    their teacher are found from them). `pairs` (null_deltas) and `decides` are read by the tables, not here."""
+    out = [f"# Findings (τ = {tau:.0%}; generated by workflow/scripts/findings.py)", ""]
+    if edge is not None and edges is not None and edge_ratios is not None:
+        cs = claims_of(verdicts, edge, edges, edge_ratios, rows, staleness, rl, admission, tau, primary, kv=kv,
+                       probes=probes[0] if probes is not None else None, predictors=predictors)
+        out += opening(cs, S.redraw(edges, edge_ratios), S.guard_sentence(guard) if guard is not None else None)
+        n_draws = int(verdicts["n_draws"].max()) if "n_draws" in verdicts and len(verdicts) else 1
+        out += ["## Claims scorecard", "", *S.scorecard_table(cs), "",
+                f"Verdicts by the criteria of docs/methods.md (\"The claims scorecard\"), fixed before the numbers: the "
+                f"seed-aware rule at τ = {tau:.0%}" + (f", each comparison paired across the {n_draws} base models "
+                                                        f"per student" if n_draws > 1 else "") + ".", "",
+                "## Δ = τ edge per mechanism", "", *edges_table(edges), "",
+                "Where each mechanism's Δ, monotone in log D, crosses τ (seed-aware rule; 95% interval from joint "
+                "bootstrap replicates; figure `edges`).", ""]
+    out += ["## Findings", ""]
     students = [primary] + sorted(set(verdicts["student"]) - {primary})
-    base = heldout[heldout["config"] == baseline]
-    for student in students:
-        h = base[base["student"] == student]
-        if len(h):
-            k = h.groupby(["seed", "step"])["kl"].mean().unstack("step")
-            k0, k1 = k.iloc[:, 0].mean(), k.iloc[:, -1].mean()
-            out.append(CLOSING.format(student=student, k0=k0, k1=k1, closed=1 - k1 / k0, n=len(k)))
-    for n in noise.to_dict("records"):
-        d = pairs.loc[pairs["student"] == n["student"], "delta"]
-        out.append(NOISE.format(**n, n_row=n["n_seeds_row"], lo=d.min(), hi=d.max()))
-    if draws is not None and (line := draws_sentence(draws, noise)):
-        out.append(line)
-    in_budget = set(rows.loc[rows["in_budget"], "name"])
-    for student in students:
-        for b in budget[(budget["student"] == student) & np.isclose(budget["tau"], tau)].to_dict("records"):
-            out.append(budget_sentence(pd.Series(b)))
-        v = verdicts[(verdicts["student"] == student) & verdicts["config"].isin(in_budget)]
-        fails = v[v["verdict_seeds"] == "fail"].sort_values("D")
-        if len(fails):
-            out.append(FAILS.format(student=student, items="; ".join(
-                f"{r.config} (D = {r.D:.3g}, Δ = {r.delta:+.0%})" for r in fails.itertuples())))
-        elif v.loc[v["config"] != baseline, "verdict_seeds"].notna().any():
-            out.append(NOFAILS.format(student=student))
-        differ = v[v["verdict_seeds"].notna() & (v["verdict"] != v["verdict_seeds"])].sort_values("D")
-        if len(differ):
-            out.append(DISAGREE.format(student=student, items="; ".join(
-                f"{r.config} (D = {r.D:.3g}, Δ = {r.delta:+.0%}: {r.verdict} / {r.verdict_seeds})"
-                for r in differ.itertuples())))
-    for lr, g in staleness.groupby("lr"):
-        items = "; ".join(f"k = {r.k}: Δ = {r.delta:+.0%} [{r.ci_lo_seeds:+.0%}, {r.ci_hi_seeds:+.0%}], "
-                          f"D = {r.D:.2g}, {r.verdict_seeds}" for r in g[g["k"] > 0].itertuples())
-        if items:
-            out.append(STALENESS.format(lr=lr, student=primary, items=items))
+    lines = [opd_works(heldout, baseline, students), noise_sentence(noise, tau),
+             draws_sentence(draws, noise) if draws is not None else None, redraw_pairs(verdicts, rows),
+             budgets_sentence(budget, verdicts, rows, tau)]
+    items = [f"at lr {lr:.0e}, k = {', '.join(str(k) for k in t['k'])}: Δ {', '.join(signed(x) for x in t['delta'])} "
+             f"at D {', '.join(f'{x:.2g}' for x in t['D'])} ({verdict_words(t['verdict_seeds'])})"
+             for lr, t in staleness[staleness["k"] > 0].groupby("lr")]
+    if items:
+        lines.append(STALENESS.format(student=primary, items="; ".join(items)))
     if admission:
-        out.append((ADMISSION if admission["n_decisions"] else ADMISSION_NONE).format(**admission))
-    for student, g in (rl.groupby("student") if len(rl) else ()):
-        items = "; ".join(rl_item(r) for r in g.itertuples() if r.reference != r.config)
-        if items:
-            out.append(RL.format(student=student, items=items))
-    if len(rl) and (spread := rl_spread(heldout, baseline, primary,
-                                        RLCollapse.of(rl_thresholds).thresholds())):
-        out.append(spread)
-    out += distance_sentences(verdicts, heldout, baseline, student_specs or {})
-    if predictors is not None and (line := predictor_sentence(predictors)):
-        out.append(line)
-    if predictors is not None and predictor_stats is not None \
-            and (line := fitted_misses_sentence(predictors, predictor_stats)):
-        out.append(line)
-    if predictor_stats is not None and (line := tis_sentence(verdicts, rows, predictor_stats)):
-        out.append(line)
-    if kv is not None:
-        out += kv_sentences(kv)
+        lines.append((ADMISSION if admission["n_decisions"] else ADMISSION_NONE).format(**admission))
+    if len(rl):
+        lines += [rl_sentence(rl, s) for s in sorted(set(rl["student"]))]
+        lines.append(rl_spread(heldout, baseline, primary, RLCollapse.of(rl_thresholds).thresholds()))
+    lines += distance_sentences(verdicts, heldout, baseline, student_specs or {})
+    if predictors is not None:
+        lines += [predictor_sentence(predictors), prospective_sentence(predictors)]
+        if predictor_stats is not None:
+            lines.append(fitted_misses_sentence(predictors, predictor_stats))
+    if predictor_stats is not None:
+        lines.append(tis_sentence(verdicts, rows, predictor_stats))
     if probes is not None:
-        out += mechanism_sentences(*probes, baseline)
+        lines += mechanism_sentences(*probes, baseline)
     if guard is not None:
-        out += guard_sentences(guard)
-    return "\n".join(out) + "\n"
+        lines += guard_sentences(guard)
+    return "\n".join(out + [x for x in lines if x]) + "\n"
+
+
+# ---------------------------------------------------------------- reading the analysis files
+
+READ = ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows", "edge", "decides",
+        "draws", "edges", "edge_ratios", "kv_attribution", "guard", "predictors", "predictor_stats", "probes",
+        "probes_prefix")
+
+
+def read(files: dict) -> dict:
+    """The analysis files findings() reads, by name (READ, and admission_summary), those given: rows through
+    report.rows_frame, admission_summary as JSON, the rest as tables."""
+    out = {}
+    for name, path in files.items():
+        if name == "rows":
+            out[name] = report.rows_frame(path)
+        elif name == "admission_summary":
+            out[name] = json.loads(Path(path).read_text())
+        elif name in READ:
+            out[name] = store.read_table(path)
+    return out
+
+
+def readme_from_analysis(analysis: Path, tau: float, primary: str, findings_link: str) -> str:
+    """README.md's three sentences from a committed analysis folder (no held-out KL needed: a fresh clone has it)."""
+    names = ("verdicts", "edge", "edges", "edge_ratios", "rows", "staleness_lr", "rl", "kv_attribution", "guard",
+             "predictors", "probes")
+    files = {n: analysis / f"{n}.parquet" for n in names if (analysis / f"{n}.parquet").exists()}
+    if (analysis / "admission_summary.json").exists():
+        files["admission_summary"] = analysis / "admission_summary.json"
+    t = read(files)
+    cs = claims_of(t["verdicts"], t["edge"], t["edges"], t["edge_ratios"], t["rows"], t["staleness_lr"], t["rl"],
+                   t.get("admission_summary"), tau, primary, kv=t.get("kv_attribution"), probes=t.get("probes"),
+                   predictors=t.get("predictors"))
+    guard = S.guard(t["guard"]) if "guard" in t else None
+    return readme_paragraph(cs, S.redraw(t["edges"], t["edge_ratios"]), guard, t["edge"]["student"].nunique(),
+                            findings_link)

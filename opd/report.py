@@ -263,20 +263,28 @@ def _inline(text: str) -> str:
 
 def markdown_html(text: str, title: str) -> str:
     """The Markdown the pipeline writes itself (findings.md: headings, bullet lists whose items may wrap onto
-    indented lines, paragraphs; inline **bold**, `code` and [links](url)) as a self-contained HTML page,
-    every character escaped. Not a general Markdown renderer: other syntax shows as its text."""
+    indented lines, paragraphs, pipe tables whose second line is the |---| rule; inline **bold**, `code` and
+    [links](url)) as a self-contained HTML page, every character escaped. Not a general Markdown renderer: other
+    syntax shows as its text."""
     blocks, item = [], None  # item: the bullet being collected, or a paragraph's lines
 
     def close():
         nonlocal item
         if item is not None:
             kind, lines = item
-            blocks.append((kind, " ".join(lines)))
+            blocks.append((kind, lines if kind == "table" else " ".join(lines)))
             item = None
 
     for line in text.splitlines():
         heading = re.match(r"^(#{1,4})\s+(.*)$", line)
-        if heading:
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if item is None or item[0] != "table":
+                close()
+                item = ("table", [])
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                item[1].append(cells)
+        elif heading:
             close()
             blocks.append((f"h{len(heading.group(1))}", heading.group(2)))
         elif re.match(r"^[-*]\s+", line):
@@ -284,7 +292,7 @@ def markdown_html(text: str, title: str) -> str:
             item = ("li", [re.sub(r"^[-*]\s+", "", line)])
         elif not line.strip():
             close()
-        elif item is not None and (item[0] == "p" or line.startswith((" ", "\t"))):
+        elif item is not None and item[0] != "table" and (item[0] == "p" or line.startswith((" ", "\t"))):
             item[1].append(line.strip())
         else:
             close()
@@ -295,11 +303,17 @@ def markdown_html(text: str, title: str) -> str:
         if (kind == "li") != in_list:
             body.append("<ul>" if kind == "li" else "</ul>")
             in_list = kind == "li"
-        body.append(f"<{kind}>{_inline(content)}</{kind}>")
+        if kind == "table":
+            row = lambda cells, tag: "<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>"  # noqa: E731
+            body.append(f'<table class="md"><thead>{row(content[0], "th")}</thead><tbody>'
+                        + "".join(row(r, "td") for r in content[1:]) + "</tbody></table>")
+        else:
+            body.append(f"<{kind}>{_inline(content)}</{kind}>")
     if in_list:
         body.append("</ul>")
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{TABLE_CSS}li{{margin:4px 0;max-width:60em}}h1{{font-size:16px}}</style></head><body>\n"
+            f"<style>{TABLE_CSS}li{{margin:4px 0;max-width:60em}}h1{{font-size:16px}}"
+            f"table.md td{{white-space:normal;vertical-align:top;max-width:40em}}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

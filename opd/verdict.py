@@ -2,8 +2,9 @@
 
 `python -m opd.cli verdict ROW` reads only what the pipeline has written (results/<experiment>/analysis/,
 the admission check's files and the runs' run.json); it never trains and needs no job spec. For every
-student of the row it gives D, Delta with both intervals and both verdicts, the student's budget under
-both rules and where the row sits in it, the offline estimate D_hat +- SE against the admission line with
+student of the row it gives D, Delta with both intervals and both verdicts, where the row sits against each
+mechanism's Delta = tau edge on that student (within it, beyond it, or inside its interval: undecided; the
+student's budget B_emp under both rules where the analysis has no edges), the offline estimate D_hat +- SE against the admission line with
 the decision, and what is still missing, with the command that makes it.
 
 At the end of a `snakemake` run (the Snakefile's `onsuccess:`) `announce` prints one line per row whose
@@ -16,9 +17,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pandas as pd
 
 from opd import config as C
+from opd import scorecard
 from opd import outputs as O
 from opd import stats, store
 from opd.rows import Row
@@ -201,6 +205,7 @@ class StudentVerdict:
     rl: str | None  # an RL row's collapse verdict: "collapsed (criteria)" or "did not collapse"
     rl_accuracy_change: float | None  # its held-out accuracy against the same algorithm on the standard engine
     missing: tuple[str, ...]
+    edges: tuple = ()  # the student's Delta = tau edge per mechanism (edges.parquet, seed-aware rule), as records
 
     @property
     def verdicts(self) -> dict:
@@ -334,6 +339,10 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
             and not Path(predictor_target(exp.name, row.name, student)).exists():
         missing.append(f"step-0 statistics not measured (the fitted rule's input): "
                        f"`{command(predictor_target(exp.name, row.name, student))}` (no training)")
+    edges = a.table("edges")
+    edges = () if edges is None else tuple(SimpleNamespace(**e) for e in edges[
+        (edges["student"] == student) & (edges["rule"] == "seeds")
+        & ((edges["tau"] - exp.tau).abs() < 1e-12)].to_dict("records"))
     rl_text = None
     if rl is not None:
         rl_text = f"collapsed ({rl['collapse_criteria']})" if rl["collapsed"] else "did not collapse"
@@ -344,7 +353,7 @@ def student_verdict(a: Analysis, row: Row, student: str) -> StudentVerdict:
         int(v["n_runs"]) if v is not None else None,
         int(v["n_runs_reference"]) if v is not None and "n_runs_reference" in v else None,
         tuple(rules), row.in_budget, not_in_budget(row), adm, fitted, frozen, rl_text,
-        float(rl["accuracy_change"]) if rl is not None else None, tuple(missing))
+        float(rl["accuracy_change"]) if rl is not None else None, tuple(missing), edges)
 
 
 def fitted_decision(a: Analysis, row: Row, student: str) -> FittedDecision | None:
@@ -422,7 +431,12 @@ def render(exp: Experiment, sv: StudentVerdict) -> str:
         ref = f" ({sv.not_in_budget_why})" if sv.not_in_budget_why and sv.not_in_budget_why.startswith(REFERENCE_ROW) \
             and r.verdict else ""
         lines.append(f"  {RULE_NAMES[r.rule]:<{width}}  95% interval {ci}: {r.verdict or 'cannot judge'}{ref}")
-    budgets = [r for r in sv.rules if r.budget is not None]
+    outside = "" if sv.in_budget else f" (this row is not part of them: {sv.not_in_budget_why})"
+    if sv.edges and sv.D is not None:
+        lines.append(f"  edges of {sv.student} at τ = {exp.tau:.0%}, one per mechanism (seed-aware rule){outside}:")
+        lines += [f"    {scorecard.edge_place(sv.D, e)}" for e in sorted(
+            sv.edges, key=lambda e: scorecard.mechanism_order(e.mechanism))]
+    budgets = [r for r in sv.rules if r.budget is not None] if not sv.edges else []
     same = len(budgets) == 2 and budgets[0].budget == budgets[1].budget
     for r in budgets[:1] if same else budgets:
         where = ("" if sv.D is None else f"; this row: {r.budget.where(sv.D)}"

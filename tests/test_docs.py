@@ -176,6 +176,21 @@ def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path
 def test_generated_pages_are_current():
     for name, make in docs.PAGES.items():
         assert (ROOT / "docs" / name).read_text() == make(), f"docs/{name} is stale: run `python -m opd.docs`"
+    text = README.read_text()
+    assert docs.fill_blocks(text) == text, "README.md's generated blocks are stale: run `python -m opd.docs`"
+
+
+def test_readme_says_what_the_toy_finds_in_three_sentences_from_its_outputs():
+    """README's "What the toy finds" is exactly three sentences, written by `python -m opd.docs` from the committed
+    analysis files: the redrawn-noise finding, the claims by verdict, the guard and the link to findings.md."""
+    text = README.read_text()
+    begin = docs.BEGIN.format(name="toy-finds", source=docs.BLOCKS["toy-finds"][1])
+    block = text[text.index(begin) + len(begin):text.index(docs.END.format(name="toy-finds"))].strip()
+    assert block == docs.toy_finds() and "\n" not in block
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z\[])", block)
+    assert len(sentences) == 3, sentences
+    assert "persistence" in sentences[0] and "disagrees with" in sentences[1] and "findings.md" in sentences[2]
+    assert text.index("## What the toy finds") < text.index("## Set-up")
 
 
 def test_every_config_field_is_described():

@@ -100,20 +100,20 @@ def test_seed_noise_pairs_seeds_on_one_draw_and_measures_the_draws_apart():
     assert one["sd_single"].iloc[0] > 0.2 and np.isnan(one["sd_draw"].iloc[0])
 
 
-def test_findings_name_the_comparisons_whose_verdict_depends_on_the_base_model():
+def test_findings_count_the_comparisons_whose_verdict_depends_on_the_base_model():
     f = findings
     rows = [("s", "a", d, 0.05 * d, "pass") for d in range(3)] + \
            [("s", "b", d, 0.3, "fail" if d else "pass") for d in range(3)] + [("s", "c", 0, 0.5, "fail")]
     draws = pd.DataFrame(rows, columns=["student", "config", "draw", "delta", "verdict_seeds"])
     noise = pd.DataFrame({"sd_draw": [0.12], "sd_run": [0.03], "sd_draw_config": [0.05]})
     line = f.draws_sentence(draws, noise)
-    # c ran on one draw only: not judged across draws; b's verdict depends on its draw and is named with each
-    assert "1 of 2 comparisons" in line and "s b (draw 0 +30% pass, draw 1 +30% fail, draw 2 +30% fail)" in line
-    assert "SD of 0.12" in line and "SD of 0.050 (the draw x configuration" in line and f.draws_sentence(draws[draws["draw"] == 0].assign(draw=0), noise) is None
+    # c ran on one draw only: not judged across draws; b's verdict depends on its draw (named in draws.parquet)
+    assert "1 of 2 comparisons" in line and "1 changes with it (analysis/draws.parquet names it)" in line
+    assert "SD of 0.12 (log)" in line and "with the draw by an SD of 0.050." in line and f.draws_sentence(draws[draws["draw"] == 0].assign(draw=0), noise) is None
     assert "floored" not in line
     # a pooled interaction estimate at its floor says so rather than stand as a measured zero
     line = f.draws_sentence(draws, noise.assign(sd_draw_config=0.0))
-    assert "SD of 0.0 (" in line and "at 0 on 1 student: the pooled estimate is floored at 0" in line
+    assert "SD of 0.0 (" in line and "floored at 0 on 1 student: no more spread than the seeds explain" in line
 
 
 def test_a_control_student_nearer_its_teacher_is_found_by_its_spec_alone():

@@ -255,14 +255,14 @@ def test_each_frozen_rule_is_scored_only_on_candidates_it_was_not_fitted_on():
 
 
 def test_findings_name_the_candidates_the_fitted_rule_still_gets_wrong():
-    """findings.py names each candidate the rule fitted on every candidate disagrees with, with its statistic,
-    outcome and Delta (a pass above the cut here), and says so when there is none."""
+    """findings.py names each candidate the rule fitted on every candidate disagrees with, by its outcome (a pass
+    above the cut here), and says so when there is none."""
     mod = findings
     t = pd.DataFrame({"student": ["a"] * 6, "config": [f"r{i}" for i in range(6)],
                       "stat": [0.1, 0.2, 0.3, 5.0, 0.9, 1.0], "delta": [0.01, 0.02, 0.03, 0.05, 0.4, 0.5],
                       "outcome": ["pass", "pass", "pass", "pass", "fail", "fail"]})
     line = mod.fitted_misses_sentence(stats.predictor_record(t, ["stat"]), t)
-    assert "disagrees with training on 1 of 6: a r3 (5, pass at Δ +5%)" in line
+    assert "disagrees with training on 1 of 6; passes it rejects" in line and line.endswith(": a r3.")
     clean = t[t["config"] != "r3"]
     assert "agrees with training on every candidate" in mod.fitted_misses_sentence(
         stats.predictor_record(clean, ["stat"]), clean)
@@ -327,8 +327,10 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
     mod.main(inp, out, params)
     text = Path(out.md).read_text()
     noise = store.read_table(analysis / "noise.parquet").iloc[0]
-    assert f"SD {noise['sd_single']:.1%} on m (4 seeds" in text
-    assert "Fails under the seed-aware rule (m):** n3" in text and "Budget of m at τ = 20%**, seed-aware rule" in text
+    assert f"the SD of Δ is {scorecard.pct(noise['sd_single'])} on m" in text
+    v, rows = store.read_table(analysis / "verdicts.parquet"), report.rows_frame(analysis / "rows.parquet")
+    n_fail = int(((v["verdict_seeds"] == "fail") & v["config"].isin(rows.loc[rows["in_budget"], "name"])).sum())
+    assert "- **B_emp** (" in text and f"{n_fail} configurations fail the seed-aware rule" in text
     # a changed input changes the sentence: the noise sentence follows the noise table
     tables = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
     tables["rows"] = report.rows_frame(analysis / "rows.parquet")
@@ -336,7 +338,7 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
     again = mod.findings(tables["verdicts"], tables["budget"], tables["noise"], tables["null_deltas"],
                          tables["staleness_lr"], tables["heldout"], tables["rows"], None, tables["rl"], 0.2,
                          "bf16", "m")
-    assert "SD 12.3% on m" in again and f"SD {noise['sd_single']:.1%} on m" not in again
+    assert "the SD of Δ is 12% on m" in again and f"SD of Δ is {scorecard.pct(noise['sd_single'])} on m" not in again
     # the mechanism group: only with the probes' tables (tiny backend), and it follows them
     assert "Mechanism" not in text
     probes, prefix = probe_tables()
@@ -352,7 +354,7 @@ def test_findings_are_computed_from_the_analysis(analysis, tmp_path):
     n_gt = int((probes.loc[n_big, "T_logit"] > probes.loc[n_big, "S_logit"]).sum())
     assert f"holds on all {probes['n_prefixes_q'].sum() + probes['n_prefixes_fixed'].sum():,} prefixes" in text
     assert f"is {worst:.2f} for OPD" in text and f"logit space: T > S at {n_gt} of {n_big.sum()} points" in text
-    assert f"probing the 4 runs took {probes.groupby('config')['probe_cpu_s'].first().sum():.0f} CPU s" in text
+    assert f"Probing the 4 runs took {probes.groupby('config')['probe_cpu_s'].first().sum():.0f} CPU s" in text
     probes["opd_bias_bound_max_l1"] = 0.5
     probes.loc[3, "opd_bias_bound_max_l1"] = 0.91
     probes["T_logit"] = probes["S_logit"] * 2
@@ -392,29 +394,12 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     s = json.loads((analysis / "admission_summary.json").read_text())
     assert f"{s['n_agree']} of {s['n_decisions']} candidate engines" in text
     assert f"admitting every candidate would agree on {s['n_admit_all_agree']} of {s['n_decisions']}" in text
-    assert "rl-n1: -20.0 accuracy points vs its standard-engine run (1 seed) (collapsed: accuracy)" in text
-    kv = store.read_table(analysis / "kv_attribution.parquet").set_index(["mode", "layer", "part"])
-    assert f"keys only {kv.loc[('only', 0, 'k'), 'share']:.0%} ± {kv.loc[('only', 0, 'k'), 'share_se']:.0%}" in text
-
-
-def test_kv_shares_only_where_their_se_resolves_them():
-    """A layer's effect is split into keys' and values' shares only where both shares' SEs are at most
-    KV_SHARE_SE_MAX; otherwise the sentence says the split is not resolved (no '74% ± 251%')."""
-    mod = findings
-    row = lambda mode, layer, part, d, se, sh=np.nan, sh_se=np.nan: {  # noqa: E731
-        "student": "s", "recipe": "fp8_e5m2", "mode": mode, "layer": layer, "part": part, "d_hat": d, "se": se,
-        "share": sh, "share_se": sh_se}
-    kv = pd.DataFrame([row("all", -1, "kv", 0.004, 0.0004),
-                       row("only", 0, "kv", 0.002, 0.0003), row("only", 0, "k", 0.0016, 0.0003, 0.82, 0.07),
-                       row("only", 0, "v", 0.0002, 0.0001, 0.07, 0.04),
-                       row("only", 1, "kv", 0.0002, 0.00007), row("only", 1, "k", 0.00015, 0.0004, 0.74, 2.51),
-                       row("only", 1, "v", 0.00007, 0.0002, 0.34, 0.3)])
-    text = "\n".join(mod.kv_sentences(kv))
-    assert "layer 0 alone 0.002 ± 0.0003, keys only 82% ± 7% and values only 7% ± 4% of it" in text
-    assert "layer 1 alone 0.0002 ± 7e-05, its split into keys and values is not resolved" in text
-    assert "74%" not in text and "251%" not in text
-    kv.loc[kv["share_se"] == 2.51, "share_se"] = mod.KV_SHARE_SE_MAX  # at the limit: split
-    assert "keys only 74% ± 50% and values only 34% ± 30%" in "\n".join(mod.kv_sentences(kv))
+    assert ("REINFORCE collapses on 1 of 1 engine, 1 of which OPD passes; accuracy -20.0 points at worst"
+            in text)
+    kv = store.read_table(analysis / "kv_attribution.parquet")
+    k = kv.set_index(["mode", "layer", "part"])
+    share = k.loc[("only", 0, "kv"), "d_hat"] / k.loc[("all", -1, "kv"), "d_hat"]
+    assert f"layer 0 alone {scorecard.pct(share)} of every layer's D̂" in scorecard.claim_kv(kv).toy
 
 
 def test_rl_spread_counts_the_factors_in_seed_sds():
@@ -447,13 +432,14 @@ def test_guard_record(analysis):
     assert g["delta"] == v.loc["n1-guard", "delta"] and g["unguarded_delta"] == v.loc["n1", "delta"]
     assert g["unguarded_verdict_seeds"] == v.loc["n1", "verdict_seeds"]
     text = "\n".join(findings.guard_sentences(store.read_table(analysis / "guard.parquet")))
-    assert "n1-guard (fallback)" in text and "40% of steps on the cheap engine, 2 activations per run" in text
-    assert "against n1's" in text and "ran at 1.20x the fallback's tokens/s" in text and "fire 0 times" in text
+    assert f"{int(g['verdict_seeds'] == 'pass')} of 1 guarded row pass" in text and "fire 0 times" in text
+    assert "40% of steps ran on the cheap engine, 2 activations per run" in text
+    assert f"their D at {scorecard.g(g['D_over_d_max'])}x d_max" in text
 
 
 def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp_path):
-    """findings.md opens with one line per claim of the paper: the paper's number, the toy's from the analysis
-    tables, and a verdict by the stated criterion; a changed table changes the verdict."""
+    """findings.md opens with plain sentences on each claim of the paper, then the scorecard as a table (claim |
+    paper | toy | verdict) from the analysis tables, by the stated criteria; a changed table changes the verdict."""
     names = ["verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout", "rl", "rows", "edge", "decides",
              "kv_attribution", "edges", "edge_ratios"]
     t = {n: store.read_table(analysis / f"{n}.parquet") for n in names}
@@ -467,50 +453,52 @@ def test_the_claims_scorecard_comes_first_and_follows_the_analysis(analysis, tmp
                             tt["heldout"], tt["rows"], adm, tt["rl"], 0.2, "bf16", "m", kv=tt["kv_attribution"],
                             edge=tt["edge"], decides=tt["decides"], edges=tt["edges"], edge_ratios=tt["edge_ratios"])
         head, _, rest = text.partition("## Findings")
-        return {ln.split("**")[1]: ln for ln in head.splitlines() if ln.startswith("- **")}, rest
+        table = head[head.index("## Claims scorecard"):]
+        return {ln.split(" | ")[0].lstrip("| "): ln for ln in table.splitlines() if ln.startswith("| ")}, rest, head
 
-    lines, rest = card()
-    assert "Budget of m" in rest  # the findings follow the scorecard
-    e = t["edge"].iloc[0]
-    budget = lines["A mismatch budget."]
-    assert f"m B_emp [{e.lo:.3g}, {e.hi:.3g}] nats/token, " in budget and "[0.184, 0.39] nats/token" in budget
-    assert f"{e.lo_over_d0:.0f}, {e.hi_over_d0:.0f}]x D(0)" in budget and f"initial KL {e.kl0:.3f}" in budget
-    # each mechanism's Delta = tau edge and the ratio of two (the fixture's staleness rows all pass: above every row)
+    lines, rest, head = card()
+    assert head.index("nats/token") < head.index("## Claims scorecard")  # the opening speaks before the table
+    assert "- **B_emp**" in rest  # the findings follow the scorecard
+    budget = lines["One mismatch budget in D"]
+    assert "[0.184, 0.39] nats/token" in budget
+    # each mechanism's Delta = tau edge in D, over D(0) and as a share of the initial KL (the fixture's staleness rows
+    # all pass: above every row)
     fixed = t["edges"].query("rule == 'seeds' and mechanism == 'noise_fixed'").iloc[0]
-    assert scorecard.edge_words(fixed) in budget and f"noise_fixed {scorecard.two_digits(fixed.D_edge)} [" in budget
-    assert "staleness above every row (D > " in budget and "staleness / noise_fixed ∞ [" in budget
+    assert f"fixed-noise at D {scorecard.g(fixed.D_edge)} ({scorecard.g(fixed.edge_over_d0)}x D(0)" in budget
+    assert "staleness above every row (D > " in budget
+    assert f"| {scorecard.g(fixed.D_edge)} [{scorecard.g(fixed.D_lo)}, {scorecard.g(fixed.D_hi)}] |" in head
     # the ratios coincide, but too few rows near the B_emp edge: unresolved; with them, agrees
     assert t["edge_ratios"]["coincide"].all() and "**unresolved**" in budget
-    assert "**agrees**" in card(edge=t["edge"].assign(n_fail_near=2, n_pass_near=3))[0]["A mismatch budget."]
-    assert "**unresolved**" in card(edge=t["edge"].assign(n_fail_near=2, n_pass_near=3),
-                                    edge_ratios=t["edge_ratios"].iloc[:0])[0]["A mismatch budget."]  # nothing compared
-    d = t["decides"].iloc[0]
-    assert f"ρ(D, Δ) = {d.rho:.2f} [{d.ci_lo:.2f}, {d.ci_hi:.2f}] over {d.n} sources" in lines[
-        "Total mismatch decides, not bits or versions."]
-    variants = lines["TIS, score centering and an advantage offset do not help OPD."]
-    assert "**agrees**" in variants and "(helps)" not in variants
-    assert "**agrees**" in lines["The first layer carries the FP8 KV cache's mismatch."]  # layer 0 is 90% there
-    assert f"{adm['n_agree']} of {adm['n_decisions']} decisions match" in lines["The admission check predicts training."]
-    assert "fitted rule" not in lines["The admission check predicts training."]  # no predictors stage: the paper's only
+    near = t["edge"].assign(n_fail_near=2, n_pass_near=3)
+    assert "**agrees**" in card(edge=near)[0]["One mismatch budget in D"]
+    assert "**unresolved**" in card(edge=near, edge_ratios=t["edge_ratios"].iloc[:0])[0]["One mismatch budget in D"]
+    # two mechanisms' edges that differ beyond their joint interval: no single edge in D, and not one decider
+    differ = card(edge_ratios=t["edge_ratios"].assign(coincide=False, ratio_lo=2.0, ratio_hi=np.inf))[0]
+    assert "**disagrees**" in differ["One mismatch budget in D"]
+    assert "**disagrees**" in differ["Total mismatch decides, not bits or versions"]
+    assert "largest / smallest edge: m " in lines["Total mismatch decides, not bits or versions"]
+    # TIS ran only on n3, which fails: outside budget, nothing judged; on an engine within budget it is judged
+    variants = lines["TIS, score centering and an advantage offset do not help OPD"]
+    assert "**unresolved**" in variants and "outside budget only (plain fails on n3): TIS" in variants
+    v = t["verdicts"].copy()
+    n3 = v.index[v["config"] == "n3"][0]
+    v.loc[n3, ["verdict_seeds", "ci_lo_seeds"]] = ["pass", 0.1]
+    v.loc[v["config"] == "n3-tis", ["delta", "ci_lo_seeds", "ci_hi_seeds"]] = [0.01, -0.05, 0.05]
+    assert "**disagrees**" in card(verdicts=v)[0]["TIS, score centering and an advantage offset do not help OPD"]
+    assert "**untestable at toy scale**" in lines["The first layer carries the FP8 KV cache's mismatch"]
+    admission = lines["The admission check predicts training"]
+    assert f"{adm['n_agree']} of {adm['n_decisions']} decisions match" in admission
+    assert "fitted rule" not in admission  # no predictors stage: the paper's only
     rule = stats.fitted_rule_of(store.read_table(analysis / "predictors.parquet"))
     text = mod.findings(t["verdicts"], t["budget"], t["noise"], t["null_deltas"], t["staleness_lr"], t["heldout"],
                         t["rows"], adm, t["rl"], 0.2, "bf16", "m", edge=t["edge"], decides=t["decides"],
                         edges=t["edges"], edge_ratios=t["edge_ratios"],
                         predictors=store.read_table(analysis / "predictors.parquet"))
-    line = next(ln for ln in text.splitlines() if ln.startswith("- **The admission check predicts training.**"))
-    assert f"the fitted rule (beyond the paper: admit iff {rule.label}) matches {rule.n_agree_held_out} of" in line
-    # TIS made to help: its seed-aware interval wholly below the plain engine's
-    v = t["verdicts"].copy()
-    n3 = v.index[v["config"] == "n3"][0]
-    v.loc[v["config"] == "n3-tis", ["delta", "ci_lo_seeds", "ci_hi_seeds"]] = [0.01, -0.05, v.loc[n3, "ci_lo_seeds"] - 0.01]
-    assert "**disagrees**" in card(verdicts=v)[0]["TIS, score centering and an advantage offset do not help OPD."]
-    # two mechanisms' edges that differ beyond their joint interval: no single edge in D
-    assert "**disagrees**" in card(edge_ratios=t["edge_ratios"].assign(coincide=False))[0]["A mismatch budget."]
-    # a budget whose fail lies below its pass is shown, never as an inverted interval, and no longer judged
-    line = card(edge=t["edge"].assign(lo=0.6, hi=0.05, lo_over_d0=6000.0, hi_over_d0=500.0, consistent=False))[0][
-        "A mismatch budget."]
-    assert "inconsistent (largest pass D 0.6 nats/token above smallest fail D 0.05 nats/token)" in line
-    assert "[0.6, 0.05]" not in line and "6000x and 500x D(0)" in line and "**disagrees**" not in line
+    line = next(ln for ln in text.splitlines() if ln.startswith("| The admission check predicts training |"))
+    assert f"the fitted rule (beyond the paper): {rule.n_agree_held_out} of {rule.n_held_out} held out" in line
+    # a budget whose fail lies below its pass is counted, never printed as an inverted interval
+    text = card(edge=t["edge"].assign(lo=0.6, hi=0.05, lo_over_d0=6000.0, hi_over_d0=500.0, consistent=False))[2]
+    assert "B_emp inconsistent (a fail below a pass) on 1 of 1 students" in text and "[0.6, 0.05]" not in text
 
 
 def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):
@@ -526,7 +514,7 @@ def test_tis_sentence_checks_its_prediction_against_the_verdict(analysis):
     v = pd.concat([v, v[v["config"] == "n3-tis"].assign(config="n1-tis")], ignore_index=True)
     t_heavy = pd.DataFrame([{"student": "m", "config": c, "T_U_param": 5.0, "S_U_param": 1.0} for c in ("n3", "n1")])
     line = mod.tis_sentence(v, rows, t_heavy)
-    assert "formed on m n3 (step 0: T/U 5, S/U 1)" in line and "; m n1 (step 0" in line and "predicted pass" in line
+    assert "formed on m n3 (T/U 5, S/U 1)" in line and "; m n1 (T/U 5" in line and "predicted pass" in line
     assert f"{int(tis == 'pass')} of 1 predictions made before their runs held" in line
     s_heavy = t_heavy.assign(T_U_param=0.5)
     assert mod.tis_sentence(v, rows, s_heavy) is None  # no prediction made, nothing to count

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, planned, planned_runs
-from opd import cli, config as C, stats, verdict as V
+from opd import cli, config as C, scorecard, stats, verdict as V
 
 matplotlib.use("Agg")
 ANALYSIS = ROOT / "results/toy/analysis"
@@ -27,13 +27,13 @@ def pct(x):
 
 @pytest.mark.parametrize("row", ["nvfp4", "fp8w"])
 def test_verdict_on_the_committed_results(row):
-    """Every number printed is the analysis files' own: D, Delta and both intervals (verdicts.parquet), the
-    budget (budget.parquet) and D_hat +- SE with the decision (admission.parquet)."""
+    """Every number printed is the analysis files' own: D, Delta and both intervals (verdicts.parquet), where the row
+    lies against each mechanism's edge (edges.parquet) and D_hat +- SE with the decision (admission.parquet)."""
     r = verdict_cli(row)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     v = pd.read_parquet(ANALYSIS / "verdicts.parquet")
-    b = pd.read_parquet(ANALYSIS / "budget.parquet")
+    e = pd.read_parquet(ANALYSIS / "edges.parquet")
     a = pd.read_parquet(ANALYSIS / "admission.parquet")
     cfg = C.load()
     students = next(x for x in C.rows(cfg) if x.name == row).students_or(next(iter(cfg["experiments"]["toy"]["students"])))
@@ -46,10 +46,10 @@ def test_verdict_on_the_committed_results(row):
         assert re.search(rf"paper's rule .*\[{re.escape(pct(rec.ci_lo))}, {re.escape(pct(rec.ci_hi))}\]: {rec.verdict}", block)
         assert re.search(rf"seed-aware rule .*\[{re.escape(pct(rec.ci_lo_seeds))}, {re.escape(pct(rec.ci_hi_seeds))}\]: "
                          rf"{rec.verdict_seeds}", block)
-        bb = b[(b.student == s) & (b.tau == 0.2) & (b.rule == "paper")].iloc[0]
-        assert f"budget of {s} at τ = 20%" in block
-        assert (f"[{V._g(bb.lo)}, {V._g(bb.hi)}]" if bb.consistent else
-                f"a fail at D = {bb.hi:.3g} lies below a pass at D = {bb.lo:.3g}") in block
+        assert f"  edges of {s} at τ = 20%, one per mechanism (seed-aware rule):" in block
+        mine = e[(e.student == s) & (e.tau == 0.2) & (e.rule == "seeds")]
+        assert len(mine) >= 2 and all(f"    {scorecard.edge_place(rec.D, x)}\n" in block for x in mine.itertuples())
+        assert "budget of" not in block and "budget: none" not in block
         adm = a[(a.student == s) & (a.config == row)].iloc[0]
         assert f"D̂ = {adm.d_hat:.3g} ± {adm.se:.3g} (16 prompts)" in block
         assert (": admit " if adm.admit else ": reject ") in block
@@ -65,6 +65,25 @@ def test_verdict_on_the_committed_results(row):
                     f"{'admit' if step0[f'frozen_admit.{frozen.name}'] == 1 else 'reject'} "
                     f"({'prospective' if frozen.prospective(s, row) else 'fitted on this candidate'}") in line
         assert "missing: nothing" in block
+
+
+def test_verdict_says_in_words_where_a_row_lies_against_each_edge():
+    """nvfp4 on qwen-s: its D below the fixed-noise edge's interval (within), above the staleness edge's (beyond);
+    a row's D inside an edge's interval is undecided; without edges the student's B_emp is said instead."""
+    out = verdict_cli("nvfp4", "--student", "qwen-s").stdout
+    e = pd.read_parquet(ANALYSIS / "edges.parquet").query("student == 'qwen-s' and rule == 'seeds'").set_index("mechanism")
+    D = pd.read_parquet(ANALYSIS / "verdicts.parquet").query("student == 'qwen-s' and config == 'nvfp4'").D.iloc[0]
+    fixed, stale = e.loc["noise_fixed"], e.loc["staleness"]
+    assert D < fixed.D_lo and D > stale.D_hi  # what the committed results say, read from them
+    assert (f"within the fixed-noise edge (D {scorecard.g(D)} < edge {scorecard.g(fixed.D_edge)} "
+            f"[{scorecard.g(fixed.D_lo)}, {scorecard.g(fixed.D_hi)}])") in out
+    assert f"beyond the staleness edge (D {scorecard.g(D)} > edge {scorecard.g(stale.D_edge)} [" in out
+    noisy = verdict_cli("noise-15", "--student", "qwen-s").stdout  # its D inside the fixed-noise edge's interval
+    assert "inside the fixed-noise edge's interval: undecided (D " in noisy
+    exp = V.experiment_of(C.load())
+    sv = V.row_verdicts(C.load(), "nvfp4", "qwen-s")[0]
+    without = V.render(exp, V.StudentVerdict(**{**sv.__dict__, "edges": ()}))
+    assert "edges of" not in without and "budget of qwen-s at τ = 20% (both rules): none (a fail at D" in without
 
 
 def test_a_reference_rows_verdict_is_labelled_as_a_reference_rows():

@@ -1,0 +1,251 @@
+"""The claims scorecard (opd.scorecard): pure functions of the analysis tables, each verdict branch exercised on
+small synthetic tables."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from opd import scorecard as S
+from opd.rows import Row
+
+INF = np.inf
+
+
+def edge_row(student, mechanism, D, lo, hi, d0=1e-4, kl0=0.1, rule="seeds"):
+    return {"student": student, "mechanism": mechanism, "rule": rule, "tau": 0.2, "D_edge": D, "D_lo": lo, "D_hi": hi,
+            "edge_over_d0": D / d0, "edge_over_d0_lo": lo / d0, "edge_over_d0_hi": hi / d0, "edge_over_kl0": D / kl0,
+            "edge_over_kl0_lo": lo / kl0, "edge_over_kl0_hi": hi / kl0, "d0": d0, "kl0": kl0, "n_rows": 4}
+
+
+def ratio_row(student, mechanism, versus, ratio, lo, hi, rule="seeds"):
+    return {"student": student, "rule": rule, "tau": 0.2, "mechanism": mechanism, "versus": versus, "ratio": ratio,
+            "ratio_lo": lo, "ratio_hi": hi, "coincide": bool(lo <= 1 <= hi)}
+
+
+def bemp(student, lo=0.01, hi=0.02, consistent=True, near=(3, 2)):
+    return {"student": student, "rule": "seeds", "tau": 0.2, "lo": lo, "hi": hi, "edge": np.sqrt(lo * hi),
+            "consistent": consistent, "n_pass_near": near[0], "n_fail_near": near[1], "d0": 1e-4, "kl0": 0.1,
+            "lo_over_d0": lo / 1e-4, "hi_over_d0": hi / 1e-4, "lo_over_kl0": lo / 0.1, "hi_over_kl0": hi / 0.1}
+
+
+# two students: "a" with fixed and redrawn noise edges that differ, "b" with fixed noise and staleness that coincide
+EDGES = pd.DataFrame([edge_row("a", "noise_fixed", 0.01, 0.006, 0.02), edge_row("a", "noise_redrawn", INF, 0.2, INF),
+                      edge_row("b", "noise_fixed", 0.02, 0.01, 0.05), edge_row("b", "staleness", 0.015, 0.005, 0.03),
+                      edge_row("b", "staleness@lr=3e-05", INF, 0.004, INF),
+                      edge_row("a", "noise_fixed", 0.01, 0.009, 0.011, rule="paper")])
+RATIOS = pd.DataFrame([ratio_row("a", "noise_redrawn", "noise_fixed", INF, 10.0, INF),
+                       ratio_row("b", "staleness", "noise_fixed", 0.75, 0.2, 2.5),
+                       # a reference row's lr against the experiment's: differs, but is not judged
+                       ratio_row("b", "staleness@lr=3e-05", "staleness", INF, 3.0, INF)])
+
+
+def verdict_of(claim):
+    return claim.verdict
+
+
+# ---------------------------------------------------------------- the edges and where a D lies against one
+
+def test_edge_place_says_within_beyond_or_undecided():
+    e = pd.DataFrame([edge_row("a", "noise_fixed", 0.018, 0.0098, 0.14)]).iloc[0]
+    assert S.edge_place(0.004, e) == "within the fixed-noise edge (D 0.0040 < edge 0.018 [0.0098, 0.14])"
+    assert S.edge_place(0.2, e) == "beyond the fixed-noise edge (D 0.20 > edge 0.018 [0.0098, 0.14])"
+    assert S.edge_place(0.05, e).startswith("inside the fixed-noise edge's interval: undecided (D 0.050")
+    above = pd.DataFrame([edge_row("a", "noise_redrawn", INF, 0.39, INF)]).iloc[0]
+    assert S.edge_place(0.01, above).startswith("within the redrawn-noise edge (D 0.010 < 0.39")
+    assert "undecided" in S.edge_place(0.5, above)
+    below = pd.DataFrame([edge_row("a", "staleness", 0.0, 0.0, 0.001)]).iloc[0]
+    assert S.edge_place(0.01, below).startswith("beyond the staleness edge")
+    assert S.mechanism_label("staleness@lr=3e-05") == "staleness (lr 3e-05)"
+
+
+def test_spreads_take_each_students_largest_edge_over_its_smallest_oriented_and_judged():
+    sp = {s.student: s for s in S.spreads(EDGES, RATIOS)}
+    assert (sp["a"].top, sp["a"].bottom, sp["a"].lo, sp["a"].state) == ("noise_redrawn", "noise_fixed", 10.0, "differ")
+    # b's largest judged edge is fixed noise (the lr-3e-05 staleness is not judged): the ratio inverted
+    b = sp["b"]
+    assert (b.top, b.bottom) == ("noise_fixed", "staleness")
+    assert b.ratio == pytest.approx(1 / 0.75) and (b.lo, b.hi) == pytest.approx((1 / 2.5, 1 / 0.2))
+    assert b.state == "coincide"
+    assert S.ratio_state(0.0, INF, True) == "undecided" and S.ratio_state(2, 3, False) == "differ"
+
+
+# ---------------------------------------------------------------- one mismatch budget in D
+
+def test_budget_disagrees_where_two_edges_differ_and_never_prints_an_inverted_interval():
+    edge = pd.DataFrame([bemp("a", 0.6, 0.05, consistent=False), bemp("b")])
+    c = S.claim_budget(edge, EDGES, RATIOS)
+    assert c.verdict == S.DISAGREES and "on 1 of 2 students" in c.why
+    assert "fixed-noise at D 0.010–0.020 (100–200x D(0), 10–20% of the initial KL)" in c.toy
+    assert "redrawn-noise above every row (D > 0.20)" in c.toy and "on 1 of 2 students" in c.toy
+    assert "[0.6, 0.05]" not in c.toy + c.plain and "[0.184, 0.39] nats/token" in c.paper
+    assert "B_emp inconsistent (a fail below a pass) on 1 of 2 students" in c.toy
+
+
+def test_budget_agrees_only_with_every_student_compared_and_resolved():
+    coincide = RATIOS.assign(ratio_lo=0.5, ratio_hi=2.0, coincide=True)
+    edge = pd.DataFrame([bemp("a"), bemp("b")])
+    assert S.claim_budget(edge, EDGES, coincide).verdict == S.AGREES
+    # too few rows near a B_emp edge, or a student with nothing to compare: unresolved
+    assert S.claim_budget(pd.DataFrame([bemp("a", near=(1, 1)), bemp("b")]), EDGES, coincide).verdict == S.UNRESOLVED
+    only_b = coincide[coincide["student"] == "b"]
+    assert S.claim_budget(edge, EDGES, only_b).verdict == S.UNRESOLVED
+    # a ratio at another learning rate that differs is not judged
+    lr_only = RATIOS.assign(coincide=[True, True, False], ratio_lo=[0.5, 0.2, 3.0])
+    assert S.claim_budget(edge, EDGES, lr_only).verdict == S.AGREES
+
+
+# ---------------------------------------------------------------- total mismatch decides
+
+def test_total_mismatch_one_ratio_per_student():
+    c = S.claim_total_mismatch(EDGES, RATIOS)
+    assert c.verdict == S.DISAGREES and "a ∞ [10, ∞] (redrawn-noise / fixed-noise, differ)" in c.toy
+    assert "b 1.3 [0.40, 5.0] (fixed-noise / staleness, coincide)" in c.toy and "at least 10x" in c.plain
+    ok = RATIOS.assign(ratio=[1.2, 0.75, INF], ratio_lo=[0.5, 0.2, 3.0], ratio_hi=[3.0, 2.5, INF],
+                       coincide=[True, True, False])
+    edges = EDGES.assign(D_edge=EDGES["D_edge"].replace(INF, 0.3))
+    assert S.claim_total_mismatch(edges, ok).verdict == S.AGREES
+    wide = ok.assign(ratio_hi=[INF, 2.5, INF])  # a holds 1 only because its interval runs to infinity
+    assert S.claim_total_mismatch(edges, wide).verdict == S.UNRESOLVED
+    assert S.claim_total_mismatch(EDGES[EDGES["student"] == "a"].iloc[:1], RATIOS.iloc[:0]) is None
+
+
+# ---------------------------------------------------------------- staleness k = 8 passes, at the paper's scale
+
+def staleness(delta_lo, delta_hi, D_small=0.0002):
+    """qwen-like rows: k = 0..8 at the experiment's lr (k = 8 far up the budget) and a lower lr whose k = 2 sits at
+    the paper's share of the edge (0.0002 / 0.01 = 2%, the paper's 1.5% within 3x)."""
+    rows = [(1e-4, 0, "bf16", 1e-4, 0.0, 0.0, 0.0, "pass"), (1e-4, 8, "k8", 0.05, 3.0, 1.0, 9.0, "fail"),
+            (3e-5, 0, "lo-k0", 6e-5, 0.0, 0.0, 0.0, "pass"),
+            (3e-5, 2, "lo-k2", D_small, 0.01, delta_lo, delta_hi, "pass" if delta_lo < 0.2 else "fail"),
+            (3e-5, 8, "lo-k8", 0.004, 0.09, 0.03, 0.16, "pass")]
+    return pd.DataFrame(rows, columns=["lr", "k", "config", "D", "delta", "ci_lo_seeds", "ci_hi_seeds",
+                                       "verdict_seeds"])
+
+
+def test_staleness_is_judged_on_the_rows_at_the_papers_share_of_the_edge():
+    c = S.claim_staleness(staleness(-0.01, 0.05), EDGES, "a", 0.2)
+    assert c.verdict == S.AGREES and "lo-k2 (2.0%, 3.3x D(0))" in c.toy
+    assert "k8" not in c.toy.split("itself")[0]  # the k = 8 rows are shown, not judged
+    assert "k8 at 500% (fail)" in c.toy and "lo-k8 at 40% (pass)" in c.toy and "1.5% of its budget edge" in c.paper
+    assert S.claim_staleness(staleness(0.22, 0.4), EDGES, "a", 0.2).verdict == S.DISAGREES
+    assert S.claim_staleness(staleness(0.1, 0.3), EDGES, "a", 0.2).verdict == S.UNRESOLVED  # the interval holds τ
+    assert S.claim_staleness(staleness(-0.01, 0.05, D_small=0.001), EDGES, "a", 0.2).verdict == S.UNRESOLVED  # none
+    assert S.claim_staleness(staleness(-0.01, 0.05), EDGES, "nobody", 0.2) is None
+
+
+# ---------------------------------------------------------------- the first layer's KV share: untestable
+
+def test_kv_is_untestable_at_toy_scale_and_still_shows_the_numbers():
+    row = lambda mode, layer, part, d, se, sh=np.nan, sh_se=np.nan: {  # noqa: E731
+        "student": "s", "recipe": "fp8_e4m3", "mode": mode, "layer": layer, "part": part, "d_hat": d, "se": se,
+        "share": sh, "share_se": sh_se}
+    kv = pd.DataFrame([row("all", -1, "kv", 0.004, 0.0004), row("only", 0, "kv", 0.002, 0.0003),
+                       row("only", 0, "k", 0.0016, 0.0003, 0.82, 0.07), row("only", 0, "v", 0.0002, 0.0001, 0.07, 0.04)])
+    c = S.claim_kv(kv)
+    assert c.verdict == S.UNTESTABLE and "QK-norm" in c.why and "trained from scratch" in c.why
+    assert "layer 0 alone 50% of every layer's D̂" in c.toy and "keys alone 82% of layer 0's" in c.toy
+    unresolved = kv.assign(share_se=kv["share_se"] * 10)
+    assert "keys alone" not in S.claim_kv(unresolved).toy
+
+
+# ---------------------------------------------------------------- TIS, centering, offset: within budget
+
+def rows_frame(rows):
+    R = [Row.of(r) for r in rows]
+    return pd.DataFrame([r.resolved() for r in R]).assign(in_budget=[r.in_budget for r in R],
+                                                          engine_key=[r.engine_key for r in R])
+
+
+VARIANT_ROWS = rows_frame([{"name": "bf16", "baseline": True}, {"name": "q", "weights": "nvfp4"},
+                           {"name": "q-tis", "weights": "nvfp4", "variant": "tis"},
+                           {"name": "n", "noise_sigma": 0.3}, {"name": "n-center", "noise_sigma": 0.3,
+                                                               "variant": "score_centering"},
+                           {"name": "n-tis", "noise_sigma": 0.3, "variant": "tis"}])
+
+
+def verdicts(q_tis=(0.01, -0.02, 0.04), n_tis=(0.1, 0.05, 0.15), q_verdict="pass"):
+    v = [("bf16", 0.0, 0.0, 0.0, "pass"), ("q", 0.12, -0.02, 0.29, q_verdict), ("q-tis", *q_tis, "pass"),
+         ("n", 0.6, 0.4, 0.8, "fail"), ("n-center", 0.5, 0.3, 0.7, "fail"), ("n-tis", *n_tis, "pass")]
+    return pd.DataFrame([{"student": "s", "config": c, "D": 0.01, "delta": d, "ci_lo_seeds": lo, "ci_hi_seeds": hi,
+                          "verdict_seeds": vs} for c, d, lo, hi, vs in v])
+
+
+def test_variants_are_judged_on_engines_within_budget():
+    c = S.claim_variants(verdicts(), VARIANT_ROWS)
+    assert c.verdict == S.AGREES and "within budget: TIS on q (s)" in c.toy
+    assert "outside budget only (plain fails on n): score centering" in c.toy and "outside budget TIS helps on 1 of 1 engine" in c.toy
+    assert "score centering ran only outside it, where TIS helps" in c.plain
+    # TIS wholly below the plain engine's interval within budget: it helps, the claim disagrees
+    assert S.claim_variants(verdicts(q_tis=(-0.1, -0.15, -0.05)), VARIANT_ROWS).verdict == S.DISAGREES
+    # the only engine within budget fails now: nothing to judge on
+    assert S.claim_variants(verdicts(q_verdict="fail"), VARIANT_ROWS).verdict == S.UNRESOLVED
+
+
+# ---------------------------------------------------------------- RL, admission, the mechanism
+
+def rl(collapsed, opd):
+    return pd.DataFrame([{"student": "s", "config": f"rl-{a}-{i}", "algorithm": a, "variant": "none",
+                          "reference": f"rl-{a}-bf16", "opd_config": f"e{i}", "collapsed": c,
+                          "opd_verdict_seeds": o} for a in ("reinforce", "grpo") for i, (c, o) in
+                         enumerate(zip(collapsed[a], opd))])
+
+
+def test_rl_breaks_before_opd():
+    v = pd.DataFrame([{"student": "s", "config": f"e{i}", "D": d} for i, d in enumerate((0.001, 0.01, 0.1))])
+    opd = ("pass", "pass", "fail")
+    c = S.claim_rl(rl({"reinforce": (False, True, True), "grpo": (False, False, True)}, opd), v, {"s": 1e-4})
+    assert c.verdict == S.UNRESOLVED  # GRPO collapses only where OPD fails too
+    c = S.claim_rl(rl({"reinforce": (False, True, True), "grpo": (False, True, True)}, opd), v, {"s": 1e-4})
+    assert c.verdict == S.AGREES and "REINFORCE collapses from 100x D(0)" in c.plain
+    c = S.claim_rl(rl({"reinforce": (False, False, False), "grpo": (False, False, False)}, opd), v, {"s": 1e-4})
+    assert c.verdict == S.DISAGREES
+
+
+def test_admission():
+    a = {"n_decisions": 10, "n_agree": 9, "n_admit_all_agree": 6}
+    assert S.claim_admission(a).verdict == S.AGREES
+    assert S.claim_admission({**a, "n_agree": 7}).verdict == S.UNRESOLVED
+    assert S.claim_admission({**a, "n_agree": 6}).verdict == S.DISAGREES
+    assert S.claim_admission({**a, "n_decisions": 0}) is None
+
+
+def probes(faster_param, faster_logit):
+    """Two probe seeds at sigma LO and HI, step 0 and 10: S/U grows 3x or 1.5x, T/U 2x, per space."""
+    out = []
+    for seed in (0, 1):
+        for sigma in (S.mechanism.LO, S.mechanism.HI):
+            hi = sigma == S.mechanism.HI
+            row = {"probe_seed": seed, "noise_sigma": sigma, "step": 10, "opd_bias_bound_max_l1": 0.5,
+                   "rl_bias_bound_max_l1": 0.4, "n_prefixes_q": 10, "n_prefixes_fixed": 5}
+            for sp, fast in (("param", faster_param), ("logit", faster_logit)):
+                row.update({f"U_{sp}": 1.0, f"T_{sp}": 2.0 if hi else 1.0, f"S_{sp}": (3.0 if fast else 1.5) if hi else 1.0})
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def test_the_mechanism_claims():
+    assert S.claim_bound(probes(True, True)).verdict == S.AGREES
+    assert S.claim_bound(probes(True, True).assign(opd_bias_bound_max_l1=1.2)).verdict == S.DISAGREES
+    assert S.claim_growth(probes(True, True)).verdict == S.AGREES
+    assert S.claim_growth(probes(False, False)).verdict == S.DISAGREES
+    mixed = S.claim_growth(probes(True, False))
+    assert mixed.verdict == S.UNRESOLVED and "2 of 4" in mixed.plain
+
+
+# ---------------------------------------------------------------- redrawn noise, the guard, the layout
+
+def test_redraw_and_guard_sentences():
+    r = S.redraw(EDGES, RATIOS)
+    assert (r.n, r.n_differ) == (1, 1) and "above every row (D > 0.20 nats/token)" in r.sentence()
+    assert "persistence" in r.sentence()
+    gd = pd.DataFrame([{"unguarded": u, "verdict_seeds": "pass", "unguarded_verdict_seeds": uv, "d_max": 0.004,
+                        "D_over_d_max": x} for u, uv, x in (("a", "fail", 0.15), ("b", "pass", 0.86))])
+    assert S.guard_sentence(gd) == ("Beyond the paper, a guard falling back past d_max = 0.004 keeps guarded rows' D at "
+                                    "0.15–0.86x that line; every one passes, 1 where the unguarded twin fails.")
+
+
+def test_the_scorecard_table_has_one_line_per_claim():
+    cs = [S.claim_budget(pd.DataFrame([bemp("a"), bemp("b")]), EDGES, RATIOS), S.claim_total_mismatch(EDGES, RATIOS)]
+    table = S.scorecard_table(cs)
+    assert table[0] == "| claim | paper | toy | verdict |" and len(table) == 2 + len(cs)
+    assert all(line.count(" | ") == 3 for line in table[2:]) and "**disagrees**" in table[2]
+    assert S.phrases(cs, S.DISAGREES) == "one budget in D and total mismatch deciding" and not S.phrases(cs, S.AGREES)
