@@ -242,6 +242,7 @@ def vllm_python(request):
 SHARED_WORKER_FIXTURES = {"paper_composed": "paper"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     group_of = {}
     for item in items:

@@ -22,8 +22,9 @@ def test_a_fresh_clones_dry_run_schedules_no_compute_needs_no_torch_and_writes_n
     clone, r = first_dry_run
     assert r.returncode == 0, r.stderr[-3000:]
     assert not planned_rules(jobs_in(r)) & COMPUTE
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "results", "figures"], cwd=clone,
-                            capture_output=True, text=True)
+    # --no-optional-locks: git status would refresh the shared clone's index while other workers copy the clone
+    status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all", "results",
+                             "figures"], cwd=clone, capture_output=True, text=True)
     assert status.returncode == 0 and status.stdout == ""
 
 

@@ -66,11 +66,11 @@ def test_a_dry_run_of_an_edit_then_a_revert_reruns_nothing(small_toy_built, tmp_
     assert planned(clone, "analysis") == []
 
 
-def test_a_profile_dry_run_of_the_paper_from_the_repository_root_writes_nothing(built):
-    before = tree_state(built)  # the session's built clone, read only
-    r = snakemake(built, "--profile", "slurm", "-n")
+def test_a_profile_dry_run_of_the_paper_from_the_repository_root_writes_nothing(built_clone):
+    before = tree_state(built_clone)  # a copy of the session's built clone: a dry run writes Snakemake's caches
+    r = snakemake(built_clone, "--profile", "slurm", "-n")
     assert "train" in planned_rules(jobs_in(r)) and "Job stats" in r.stdout + r.stderr
-    assert tree_state(built) == before and not (built / "results" / "paper").exists()
+    assert tree_state(built_clone) == before and not (built_clone / "results" / "paper").exists()
 
 
 def test_a_missing_analysis_file_and_a_damaged_measurement_are_made_again(small_toy_built, tmp_path):

@@ -25,11 +25,11 @@ def paper():
     return Experiment.of(C.load(), "paper")
 
 
-def test_the_paper_dag_evaluates_each_step_in_a_job_of_its_own(built, paper):
+def test_the_paper_dag_evaluates_each_step_in_a_job_of_its_own(built_clone, paper):
     """`snakemake -n` of the paper: no training job writes heldout.parquet; each run's evaluated steps are jobs
     of their own after its training (155 for the 31 runs), the students' step 0 two jobs, and a local gather
     per run writes the run's heldout.parquet; each evaluation job is one GPU on Slurm."""
-    r = snakemake(built, "-n", "-p", "--config", "experiment=paper")  # the session's built clone, read only
+    r = snakemake(built_clone, "-n", "-p", "--config", "experiment=paper")  # a copy: a dry run writes caches
     jobs = jobs_in(r)
     count = lambda rule: sum(1 for j, _ in jobs if j == rule)  # noqa: E731
     runs = paper.runs()

@@ -26,8 +26,8 @@ def dry_run_jobs(r) -> list[dict]:
     return jobs
 
 
-def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(built):
-    jobs = dry_run_jobs(snakemake(built, "-n", "--forceall"))
+def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(built_clone):
+    jobs = dry_run_jobs(snakemake(built_clone, "-n", "--forceall"))
     rules = {j["rule"] for j in jobs}
     assert COMPUTE - {"base_models"} <= rules  # (the toy's base models are in the DAG only when a run needs them)
     for j in jobs:
@@ -95,14 +95,14 @@ def lints(text: str) -> set[tuple[str, str]]:
     return found
 
 
-def test_lint_is_clean_but_for_the_justified_warnings(built):
+def test_lint_is_clean_but_for_the_justified_warnings(built_clone):
     """On the toy and on the paper experiment (the verl backend's rules): each lint is one workflow/lint.yaml
     justifies, and each rule it lists fires its lint in one of them at least."""
     justified = yaml.safe_load((ROOT / "workflow/lint.yaml").read_text())
     assert all(entry["why"].strip() for entry in justified)
     seen = set()
     for experiment in ("toy", "paper"):
-        r = snakemake(built, "--lint", "--config", f"experiment={experiment}", check=False)
+        r = snakemake(built_clone, "--lint", "--config", f"experiment={experiment}", check=False)
         found = lints(r.stdout + r.stderr)
         assert found, "no lint parsed: has `snakemake --lint`'s output changed?"
         rules = {w for w, _ in found}
