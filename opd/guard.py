@@ -7,9 +7,10 @@ that mean exceeds `d_max`, the rollouts of steps [n + 1 + lag, n + 1 + lag + coo
 engine, where n is the step just observed and lag the row's staleness (the batches of steps n + 1 ... n + lag
 are already sampled, or may be, in the asynchronous schedule; deciding from the d_n known when a batch's
 weights exist keeps a run deterministic whatever the threads' timing). With `flush` those batches are
-discarded and sampled again by the action's engine: the span starts at n + 1 (the rollout of step n + 1 then
-waits for step n's d_n, as a flushed pipeline does). After the span the row's engine returns and the window
-starts empty.
+discarded and sampled again by the action's engine: the span starts at n + 1, and the trainer restarts its rollout
+pipeline there (opd.backends.tiny.trainer), as an asynchronous trainer flushes its queue; between activations the
+rollout runs k steps ahead as without a guard. After the span the row's engine returns and the window starts
+empty.
 
 Back-off: each activation that follows the previous one without a full window of the row's engine at or
 under d_max in between doubles the cooldown, up to `cap` (the run's length); a full window at or under
@@ -81,15 +82,9 @@ class GuardState:
         self.next_cooldown = min(2 * length, self.cap)
         return span
 
-    @property
-    def decided_after(self) -> int:
-        """How many steps before a step its engine is decided: the rollout of step n may start once step
-        n - 1 - decided_after is observed (lag; 0 with flush)."""
-        return 0 if self.flush else self.lag
-
     def active(self, step: int) -> bool:
-        """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - decided_after is
-        observed)."""
+        """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - lag is observed, or,
+        with flush, final once step - 1 is: an activation in between discards the rollouts sampled ahead)."""
         return any(a <= step < b for a, b in self.spans)
 
     def engine(self, step: int) -> str:

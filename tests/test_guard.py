@@ -46,7 +46,6 @@ def test_a_guard_that_flushes_starts_at_the_next_step_whatever_the_lag(lag):
               lambda n: 1.0, 100)
     assert g.spans == [(1, 11), (12, 32), (33, 73), (74, 154)]  # the last capped at the run's length
     assert [n for n in range(100) if not g.active(n)] == [0, 11, 32, 73]
-    assert g.decided_after == 0
 
 
 def test_a_flushing_guard_is_written_into_a_spec_only_where_it_flushes():

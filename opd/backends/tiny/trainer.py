@@ -20,7 +20,7 @@ import torch
 from torch.optim.adam import adam
 
 from opd import store
-from opd.guard import ROW_ENGINE, GuardState
+from opd.guard import ROW_ENGINE, GuardState, Span
 from opd.rows import Guard
 from opd.spec import JobSpec, Settings, TrainSpec
 
@@ -175,10 +175,10 @@ class RolloutWorker(threading.Thread):
     (`rule.keeps_numerics`, opd.rows.Guard), else the standard BF16 engine, at version n - k where it keeps the
     row's staleness (`rule.keeps_staleness`), else at version n (synchronous): `fallback` BF16 at n, `sync` the
     row's numerics at n, `fallback_numerics` BF16 at n - k. Version n - k exists only once step n - k - 1 was
-    observed, so the guard's decision for step n never depends on timing; a guard that flushes decides step n
-    once step n - 1 is observed (version n exists), so the rollout does not run ahead of training. Puts (step,
-    problem indices, rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead, or the
-    exception that stopped it."""
+    observed, so the guard's decision for step n never depends on timing (a guard that flushes changes the
+    decision for steps already sampled: the trainer then discards this worker and starts another, `restart`). Puts
+    (step, problem indices, rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead,
+    or the exception that stopped it."""
 
     def __init__(self, rollouts: Rollouts, state: "RunState", cond: threading.Condition, start: int):
         super().__init__(daemon=True)
@@ -186,15 +186,38 @@ class RolloutWorker(threading.Thread):
         self.out: queue.Queue = queue.Queue(maxsize=rollouts.staleness + 1)
         self.stop = threading.Event()
 
+    def halt(self) -> int:
+        """Stop the worker and discard what it sampled ahead (it may be blocked on a full queue); returns how many
+        rollouts it discarded."""
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
+        dropped = 0
+        while self.is_alive() or not self.out.empty():
+            try:
+                item = self.out.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            dropped += 1
+        return dropped
+
+    def restart(self, start: int) -> "RolloutWorker":
+        """A guard that flushes acted: this worker's rollouts for steps >= `start` were decided before it did. Stop
+        it, discard them and return a new worker that samples from `start` on with the guard's new span."""
+        self.halt()
+        worker = RolloutWorker(self.r, self.state, self.cond, start=start)
+        worker.start()
+        return worker
+
     def run(self):
         r, versions, guard = self.r, self.state.versions, self.state.guard
         try:
             for n in range(self.start_step, r.settings.steps):
                 v = engine_version(n, r.staleness)
-                # the version whose existence decides step n's engine: n - k, or n where the guard flushes
-                decided = max(v, n - guard.decided_after) if guard else v
                 with self.cond:
-                    self.cond.wait_for(lambda: decided in versions or self.stop.is_set())
+                    self.cond.wait_for(lambda: v in versions or self.stop.is_set())
                     kind = guard.engine(n) if guard else ROW_ENGINE
                     acting = kind != ROW_ENGINE
                     if acting and not r.rule.keeps_staleness:
@@ -264,18 +287,18 @@ class RunState:
             self.heldout_rows.append({"step": step, **heldout_eval(self.student, teacher, heldout, s, 0, step)})
             self.student.train()
 
-    def advance(self, n: int, d_n: float, keep, staleness: int) -> None:
+    def advance(self, n: int, d_n: float, keep, staleness: int) -> Span | None:
         """Step n is done (call under the rollout's condition): the guard sees its d_n before version n + 1
         exists (the rollout of step n + 1 + k waits on it), version n + 1 is stored (and kept where asked), and
-        versions no rollout can still need are dropped."""
-        if self.guard is not None:
-            self.guard.observe(n, d_n)
+        versions no rollout can still need are dropped. Returns the guard's activation at step n, if any."""
+        span = self.guard.observe(n, d_n) if self.guard is not None else None
         self.versions[n + 1] = clone_state(self.student)
         if n + 1 in keep:
             self.kept[n + 1] = self.versions[n + 1]
         for old in [v for v in self.versions if v < n + 1 - staleness]:
             del self.versions[old]
         self.step = n + 1
+        return span
 
 
 def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
@@ -345,8 +368,10 @@ def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) 
             measured = update(student, teacher, state.opt, roll, idx, train, row.algorithm, row.variant, s)
             # version n + 1 exists: the guard has seen d_n, the rollout may go on
             with cond:
-                state.advance(n, measured["d_n"], keep, k)
+                span = state.advance(n, measured["d_n"], keep, k)
                 cond.notify_all()
+            if span is not None and state.guard.flush:  # the batches sampled ahead were decided before it acted
+                worker = worker.restart(n + 1)
             # log the step; checkpoint
             state.steps_rows.append({"step": n, **measured, "staleness": n - roll.version, "policy_version": n,
                                      "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
