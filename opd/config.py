@@ -18,7 +18,7 @@ import yaml
 
 from opd import backends
 from opd.errors import ConfigError
-from opd.rows import FIELD_TYPES, PLACEMENT_FIELDS, QUANT_FIELDS, Row
+from opd.rows import FIELD_TYPES, PLACEMENT_FIELDS, Row, mechanism
 from opd.spec import Edge, Experiment, Run, Sequential, Settings, Student, draw_of, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -541,12 +541,13 @@ def adaptive_errors(exp: str, e: dict, matrix: list[Row], lines: Lines = NO_LINE
 
 def edge_errors(exp: str, e: dict, x: dict, matrix: list[Row], cfg: dict | None = None) -> list[tuple[str, str]]:
     """(field, why) for one edge's dial (opd.plan.DIALS: an integer dial's bracket is integers; the bracket inside the
-    dial's range) and its `fixed` fields (row fields other than its own field and the placement fields; a quant_alpha
-    edge names a quantization). Its rows at the bracket's two ends, built as the plan builds them
-    (opd.plan.edge_fields), then pass the checks a configured row passes: the schema's row definition, row_errors,
+    dial's range) and its `fixed` fields (row fields other than its own field and the placement fields). Its rows at
+    the bracket's two ends, built as the plan builds them (opd.plan.edge_fields), then pass the checks a configured
+    row passes: the schema's row definition, row_errors (a quant_alpha edge names a quantization: Row.quantizes),
     being a budget row (plain OPD, the experiment's own settings: an edge bisects a budget) and, with `cfg`, the
-    backend's (opd.backends.CONFIG_CHECKS). A problem of a fixed field is named `fixed.<field>`, of the edge's own
-    field `bracket`."""
+    backend's (opd.backends.CONFIG_CHECKS); and they lie on a dial (opd.rows.mechanism), as opd.stats.edges needs
+    to find the edge. A problem of a fixed field is named `fixed.<field>`, of the edge's own field `bracket`, but a
+    cross-field one (row_errors) of the edge's own field and being on no dial `fixed`."""
     from opd import plan as P
     field, fixed = x["field"], x.get("fixed") or {}
     dial = P.DIALS[field]
@@ -564,16 +565,14 @@ def edge_errors(exp: str, e: dict, x: dict, matrix: list[Row], cfg: dict | None 
                                       "<edge>-<value>, run the edge's students and its seeds, against the baseline"))
         elif k not in FIELD_TYPES:
             out.append((f"fixed.{k}", f"not a row field{did_you_mean(k, computed)}"))
-    if field == "quant_alpha" and not any(fixed.get(k, "none") != "none" for k in QUANT_FIELDS):
-        out.append(("fixed", "a quant_alpha edge dials a quantization from the BF16 engine to the recipes': give "
-                             "`fixed` weights, activations or kv_cache (e.g. {weights: nvfp4, activations: nvfp4})"))
     if out:
         return out
     edge = Edge.of(x)
 
     def named(f):
         return f"fixed.{f}" if f in fixed else "bracket" if f == field else f
-    found, rows = [], []  # (field, why, value) of each end's row; the rows that passed, (value, mapping)
+    found, rows, clean = [], [], []  # (field, why, value) of each end's row; the rows that passed, (value, mapping);
+    # those with no problem at all, (value, Row)
     ends = list(dict.fromkeys(dial.snap(b) for b in x["bracket"]))
     for v in ends:
         d = P.edge_fields(edge, [s for s in x["students"] if s in e["students"]], v, "sequential" in e)
@@ -582,13 +581,28 @@ def edge_errors(exp: str, e: dict, x: dict, matrix: list[Row], cfg: dict | None 
         if bad:
             continue
         r = Row.of(d)
-        found += [(named(f.split(".")[0]), why, v) for f, why in row_errors(r, matrix, e)]
+        # a cross-field problem of the edge's own field lies with what `fixed` sets beside it (a quant_alpha edge
+        # that fixes no quantization: Row.quantizes), not with the bracket's values
+        errors = [(named(f.split(".")[0]), why) if f != field else ("fixed", f"{field} {why}")
+                  for f, why in row_errors(r, matrix, e)]
+        found += [(f, why, v) for f, why in errors]
         if not r.in_budget:
             found.append((named(next((k for k in ("algorithm", "variant", "guard", "lr") if k in fixed), "fixed")),
                           "an edge bisects a budget, so its rows are plain OPD engines with the experiment's own "
                           "training settings (no RL algorithm, update variant, guard or lr of their own)", v))
             continue
         rows.append((v, d))
+        if not errors:
+            clean.append((v, r))
+    # each end's row on the edge's dial, as opd.stats.edges finds it (opd.rows.mechanism), or edges.parquet would
+    # leave out every row the plan trains for the edge
+    ends_rows = [r for _, r in clean]
+    for v, r in clean:
+        if mechanism(r, ends_rows) is None:
+            found.append(("fixed", f"{field} with {', '.join(f'{k} = {y}' for k, y in fixed.items()) or 'nothing'} "
+                                   f"would put its rows on no dial (opd.rows.mechanism: one dial turns noise, "
+                                   f"staleness or a quantization alone, without BF16 layers or speculative decoding), "
+                                   f"so edges.parquet would leave out every row the plan trains for it", v))
     if cfg is not None and rows:  # the backend's checks, as of the configured rows (each end's row alone)
         sub = {**cfg, "experiments": {**cfg["experiments"], exp: {**e, "rows": [d for _, d in rows]}}}
         found += [(named(f.split(".")[0]), f"{e['backend']} backend: {why}", rows[i][0])

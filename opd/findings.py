@@ -62,7 +62,7 @@ GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max}, window {window}, coo
          "{acts} activations per run. Replayed over the standard engine's {runs} runs the guards fire {alarms} times.")
 RULE_NAMES = stats.RULE_NAMES
 # The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
-# analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers are typed here, labelled as the paper's.
+# analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers come from opd.scorecard, typed once there.
 MECH_BOUND = ("- **Mechanism: the bias bound** (gradient probes of {student}'s first-seed runs): ‖g_bias‖₁ ≤ "
               "2‖δ‖₁‖A‖∞ {holds} on all {n_prefixes:,} prefixes checked ({per_set:,.0f} per probed set on average); "
               "the largest ‖g_bias‖₁/bound is {opd_max:.2f} for OPD and {rl_max:.2f} for REINFORCE. Of the "
@@ -73,12 +73,12 @@ MECH_BIAS = ("- **Mechanism: OPD's bias against REINFORCE's** (end of training o
              "unit of mismatch (mean ‖δ‖₁, itself at {delta}x) OPD's is at {opd_per}x and REINFORCE's at {rl_per}x "
              "(the paper: OPD's bias vanishes as A → 0, REINFORCE's does not).")
 MECH_SIZES = ("- **Mechanism: the sizes of T and S** (σ = {lo:g}–{hi:g}, every probed step and probe seed): {items}. "
-              "The paper's T/U 0.198–0.417 and S/U 0.098–0.517.")
+              "The paper's T/U {paper_T} and S/U {paper_S}.")
 MECH_SIZES_ITEM = "{space}: T > S at {n_gt} of {n} points, T/U {T}, S/U {S}"
 MECH_FIXED = ("- **Mechanism: error/update on fixed prefixes over training** (end over step 0): for σ ≥ {lo:g} the "
               "error shrinks more than the update in {n_shrink} of {n} cases (noise row × probe seed × space); at "
               "σ = {hi:g}, logit space, error/update is {r0_hi} at step 0 and {r1_hi} at the end. The error ends at "
-              "{err}x of its step-0 size (the paper's at 0.11–0.13x, its error/update rising 0.93 → 1.88). At σ = "
+              "{err}x of its step-0 size (the paper's at {paper_err}x, its error/update rising {paper_ratio}). At σ = "
               "{small:g}, logit space, error/update goes {r0_small} → {r1_small} (rises in {n_rise} of {n_small} probe "
               "seeds).")
 MECH_STALE = ("- **Mechanism: staleness** (k = {k}, error/update on fixed prefixes, logit space, probe seed {seed}): "
@@ -143,10 +143,8 @@ def edges_table(edges: pd.DataFrame) -> list[str]:
     for e in S.seeds_rule(edges).sort_values(["student", "mechanism"],
                                              key=lambda c: c.map(S.mechanism_order) if c.name == "mechanism" else c
                                              ).itertuples():
-        if np.isinf(e.D_edge):
-            d0, kl = f"> {g(e.edge_over_d0_lo)}", f"> {pct(e.edge_over_kl0_lo)}"
-        elif e.D_edge == 0:
-            d0, kl = f"< {g(e.edge_over_d0_hi)}", f"< {pct(e.edge_over_kl0_hi)}"
+        if np.isinf(e.D_edge) or e.D_edge == 0:  # beyond every row: its rows' largest (smallest) D, the bound apart
+            d0, kl = S.beyond(e, e.d0, side=False), S.beyond(e, e.kl0, pct, side=False)
         else:
             d0 = f"{g(e.edge_over_d0)} [{g(e.edge_over_d0_lo)}, {g(e.edge_over_d0_hi)}]"
             kl = f"{pct(e.edge_over_kl0)} [{pct(e.edge_over_kl0_lo)}, {pct(e.edge_over_kl0_hi)}]"
@@ -365,12 +363,14 @@ def mechanism_cost(t: pd.DataFrame) -> dict:
 def mechanism_sentences(t: pd.DataFrame, prefix: pd.DataFrame, baseline: str) -> list[str]:
     """The mechanism group: every number from the probes' tables."""
     lo_hi = {"lo": mechanism.LO, "hi": mechanism.HI}
+    paper = {"paper_T": "–".join(map(str, S.PAPER_SIZES["T"])), "paper_S": "–".join(map(str, S.PAPER_SIZES["S"])),
+             "paper_err": "–".join(map(str, S.PAPER_FIXED_ERROR)), "paper_ratio": " → ".join(map(str, S.PAPER_FIXED_RATIO))}
     out = [MECH_BOUND.format(student=t["student"].iloc[0], **mechanism_bound(t, prefix))]
     if (t["noise_sigma"] > 0).any():
         out.append(MECH_BIAS.format(**mechanism_bias(t)))
         if sizes := mechanism_sizes(t):
-            out.append(MECH_SIZES.format(items="; ".join(sizes), **lo_hi))
-        out.append(MECH_FIXED.format(**mechanism_fixed(t), **lo_hi))
+            out.append(MECH_SIZES.format(items="; ".join(sizes), **lo_hi, **paper))
+        out.append(MECH_FIXED.format(**mechanism_fixed(t), **lo_hi, **paper))
     if stale := mechanism_staleness(t, baseline):
         out.append(MECH_STALE.format(**stale))
     out.append(MECH_COST.format(**mechanism_cost(t)))
@@ -492,7 +492,7 @@ def claims_of(verdicts, edge, edges, edge_ratios, rows, staleness, rl, admission
 def opening(cs: list[S.Claim], redraw: S.Redraw | None, guard: str | None) -> list[str]:
     """The opening paragraphs: the clearest finding, then one plain sentence per claim, then the guard."""
     out = [redraw.sentence(), ""] if redraw is not None else []
-    out += [" ".join(c.plain for c in cs), ""]
+    out += [" ".join(c.plain for c in S.one_test(cs)), ""]  # one budget and total mismatch: one test, said once
     return out + ([guard, ""] if guard else [])
 
 
@@ -507,14 +507,12 @@ def readme_paragraph(cs: list[S.Claim], redraw: S.Redraw | None, guard: S.Guard 
              f"apart from a fixed direction.")
     groups = [(S.DISAGREES, "disagrees with {}"), (S.AGREES, "agrees on {}"), (S.UNRESOLVED, "leaves {} unresolved"),
               (S.UNTESTABLE, "cannot test, at its scale, {}")]
-    said = [f.format(S.phrases(cs, v)) for v, f in groups if S.phrases(cs, v)]
+    once = S.one_test(cs)  # one budget in D and total mismatch deciding: one test, said once
+    said = [f.format(S.phrases(once, v)) for v, f in groups if S.phrases(once, v)]
     second = "Of the paper's claims the toy " + "; it ".join(said[:-1]) + ("; and it " if len(said) > 1 else "") \
         + said[-1] + "."
     link = f"[{findings_link}]({findings_link})"
-    every = "" if guard is None else "every" if guard.passes == guard.n else f"{guard.passes} of {guard.n}"
-    third = (f"Beyond the paper, a guard falling back past d_max = {guard.lines} keeps {every} "
-             f"guarded row passing ({guard.rescued} where the unguarded twin fails) at {guard.ratios}x that line, and "
-             f"{link} gives every number with its criterion." if guard is not None else
+    third = (f"{guard.clause()}, and {link} gives every number with its criterion." if guard is not None else
              f"{link} gives every number with its criterion.")
     return " ".join([first, second, third])
 

@@ -276,8 +276,7 @@ def mechanism(row: Row, rows=(), *, lr: float | None = None) -> str | None:
     if not row.is_plain_opd or row.baseline or row.bf16_layers or row.speculative:
         return None
     own_lr = row.lr is not None and (lr is None or not math.isclose(row.lr, lr))
-    numerics, noise, stale = row.weights != "none" or row.activations != "none" or row.kv_cache != "none", \
-        row.noise_sigma > 0, row.staleness > 0
+    numerics, noise, stale = row.quantizes, row.noise_sigma > 0, row.staleness > 0
     if own_lr:  # only staleness has a dial at another lr, measured against that lr's own k = 0
         return f"{STALENESS_AT}{row.lr:g}" if stale and not numerics and not noise and row.reference else None
     if row.reference is not None:
@@ -308,13 +307,18 @@ def dial_value(row: Row, mechanism_name: str) -> float:
     return float(getattr(row, dial(mechanism_name)))
 
 
+# The mechanisms in their order: (a name, or the prefix of a family of names; whether the name is exact).
+MECHANISM_ORDER = ((NOISE_FIXED, True), (NOISE_REDRAWN, True), (STALENESS, True), (STALENESS_AT, False),
+                   (QUANT_ALPHA, False))
+
+
 def mechanism_order(mechanism_name: str) -> tuple:
-    """A sort key: fixed noise, redrawn noise, staleness (the experiment's lr, then others), then the recipes."""
-    for i, (prefix, exact) in enumerate(((NOISE_FIXED, True), (NOISE_REDRAWN, True), (STALENESS, True),
-                                         (STALENESS_AT, False), (QUANT_ALPHA, False))):
+    """A sort key: fixed noise, redrawn noise, staleness (the experiment's lr, then others), then the recipes
+    (MECHANISM_ORDER); a name none of them covers last."""
+    for i, (prefix, exact) in enumerate(MECHANISM_ORDER):
         if mechanism_name == prefix or (not exact and mechanism_name.startswith(prefix)):
             return i, mechanism_name
-    return len(_DIAL_OF) + 2, mechanism_name
+    return len(MECHANISM_ORDER), mechanism_name
 
 
 def _plain(v):

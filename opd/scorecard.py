@@ -6,7 +6,7 @@ docs/methods.md states ("The claims scorecard"). Pure functions of the analysis 
 Verdicts: agrees; disagrees only where the toy's interval excludes the paper's statement at a comparable scale;
 unresolved where the interval is too wide (or the evidence is mixed); untestable at toy scale where the toy lacks
 what the claim rests on (the reason is in the line, beside the toy's numbers)."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -22,8 +22,8 @@ VERDICTS = (AGREES, DISAGREES, UNRESOLVED, UNTESTABLE)
 # ---------------------------------------------------------------- the paper's numbers (Yu et al., 2026), typed once
 PAPER_BUDGET = (0.184, 0.39)  # the paper's B_emp(0.20) on its 7B student, nats/token
 PAPER_KL0 = 0.0965  # the 7B student's initial held-out KL
-PAPER_D0_RATIO = (230, 490)  # the budget's ends over the 7B standard engine's own D
-PAPER_STALE = {"k": 8, "D": 0.0028, "over_d0": 3.5}  # staleness k = 8 passes at this D, 3.5x its standard engine's
+PAPER_D0 = 0.0008  # the 7B standard engine's own D, D(0), nats/token
+PAPER_STALE = {"k": 8, "D": 0.0028}  # staleness k = 8 passes at this D
 PAPER_KV_LAYER0 = (0.93, 0.99)  # the first layer's share of the FP8 KV cache's mismatch (7B)
 PAPER_KV_KEYS = 0.82  # the keys-only share of that layer's effect
 PAPER_RL = {"reinforce": 12, "grpo": 60}  # the multiple of the standard mismatch at which each RL algorithm collapses
@@ -31,14 +31,40 @@ PAPER_ADMISSION = (8, 8)  # pre-fixed admission decisions matching training, of 
 ALGORITHM_NAMES = {"reinforce": "REINFORCE", "grpo": "GRPO"}
 VARIANT_NAMES = {"tis": "TIS", "score_centering": "score centering", "advantage_offset": "the advantage offset"}
 VERDICT_VERBS = {"pass": "passes", "fail": "fails"}
-PAPER_GROWTH = "S 5.3x (0.098 → 0.517), T 2.1x (0.198 → 0.417)"
+PAPER_SIZES = {"S": (0.098, 0.517), "T": (0.198, 0.417)}  # S/U and T/U from the smaller noise to the larger (7B)
+PAPER_FIXED_ERROR = (0.11, 0.13)  # the error on fixed prefixes at the end of training over step 0
+PAPER_FIXED_RATIO = (0.93, 1.88)  # error / update on fixed prefixes at step 0 and at the end
+
+
+def sig2(v: float) -> str:
+    """A number derived from the paper's to the two significant digits the paper gives its own: 487.5 -> 490."""
+    return f"{float(f'{v:.2g}'):g}"
+
+
+# ---------------------------------------------------------------- what follows from them (computed, never retyped)
+PAPER_D0_RATIO = tuple(b / PAPER_D0 for b in PAPER_BUDGET)  # the budget's ends over D(0): 230, 487.5 (~490)
+PAPER_KL0_RATIO = tuple(b / PAPER_KL0 for b in PAPER_BUDGET)  # the budget's ends over the initial KL: 1.9, 4.0
+PAPER_STALE_OVER_D0 = PAPER_STALE["D"] / PAPER_D0  # its k = 8's D over D(0): 3.5
+PAPER_D0_WORDS = f"{sig2(PAPER_D0_RATIO[0])}–{sig2(PAPER_D0_RATIO[1])}x D(0)"  # "230–490x D(0)"
+
+
+def paper_growth(term: str) -> str:
+    """The paper's growth of S/U or T/U from the smaller noise to the larger: "5.3x (0.098 → 0.517)"."""
+    lo, hi = PAPER_SIZES[term]
+    return f"{hi / lo:.1f}x ({lo} → {hi})"
+
+
+PAPER_GROWTH = f"S {paper_growth('S')}, T {paper_growth('T')}"  # "S 5.3x (0.098 → 0.517), T 2.1x (0.198 → 0.417)"
 
 # ---------------------------------------------------------------- the criteria's constants (docs/methods.md)
+SAME_TEST = ("the same test as total mismatch's: one budget in D fails exactly where total mismatch fails to "
+             "decide")  # one piece of evidence, differs(), behind both claims
 NEAR_FACTOR = 10  # a B_emp edge is resolved by fails and passes within this factor of it
 NEAR_FAILS, NEAR_PASSES = 2, 3
 COMPARABLE = 3  # a toy staleness row is at the paper's k = 8's scale when its D / edge is within this factor of it
 ADMISSION_SHARE = 0.9  # the admission check agrees when it matches training on at least this share of candidates
 Z95 = 1.96
+GUARD_NEARLY = 0.1  # a guarded row on the cheap engine for at most this share of steps is nearly its fallback's
 KV_SHARE_SE_MAX = 0.5  # a layer's keys-alone share is shown only where both parts' shares have an SE at most this
 KV_UNTESTABLE = ("the paper's share rests on the outliers of pretrained models' key-projection biases (no QK-norm), "
                  "which 2-3-layer students trained from scratch do not have")
@@ -150,25 +176,37 @@ def judged(name: str) -> bool:
     return not name.startswith(STALENESS_AT)
 
 
+def beyond(e, scale: float = 1.0, fmt=None, side: bool = True) -> str:
+    """A censored edge (a row of edges.parquet) in words: what the point edge lies beyond, the largest (or smallest)
+    D of the mechanism's rows, and its interval's finite end apart: "> 0.69 (above every row; 95% lower bound
+    0.056)". `scale` divides both (D(0) or the initial KL), `fmt` formats them (g); `side`: say "above every row"."""
+    fmt = fmt or g
+    up = bool(np.isinf(e.D_edge))
+    at, bound = (e.D_max, e.D_lo) if up else (e.D_min, e.D_hi)
+    where = f"{'above' if up else 'below'} every row; " if side else ""
+    return f"{'>' if up else '<'} {fmt(at / scale)} ({where}95% {'lower' if up else 'upper'} bound {fmt(bound / scale)})"
+
+
 def edge_cell(e) -> str:
-    """An edge in D for a table cell: "0.018 [0.0098, 0.14]", "> 0.39 (above every row)", "< 0.001 (below ...)"."""
-    if np.isinf(e.D_edge):
-        return f"> {g(e.D_lo)} (above every row)"
-    if e.D_edge == 0:
-        return f"< {g(e.D_hi)} (below every row)"
+    """An edge in D for a table cell: "0.018 [0.0098, 0.14]", or where censored "> 0.69 (above every row; 95% lower
+    bound 0.056)", "< 0.001 (below every row; 95% upper bound 0.003)" (beyond)."""
+    if np.isinf(e.D_edge) or e.D_edge == 0:
+        return beyond(e)
     return f"{g(e.D_edge)} [{g(e.D_lo)}, {g(e.D_hi)}]"
 
 
 def edge_place(D: float, e) -> str:
     """Where a D lies against one mechanism's edge (a row of edges.parquet), in words: within it (below the interval),
-    beyond it (above), or inside the interval: undecided."""
+    beyond it (above), or inside the interval: undecided. An edge beyond every row is said as beyond() says it."""
     label = f"the {mechanism_label(e.mechanism)} edge"
     if np.isinf(e.D_edge):
-        return (f"within {label} (D {g(D)} < {g(e.D_lo)}; the edge lies above every row)" if D < e.D_lo else
-                f"inside {label}'s interval: undecided (D {g(D)}; the edge lies above every row, > {g(e.D_lo)})")
+        return (f"within {label} (D {g(D)} < {g(e.D_lo)}, the edge's 95% lower bound; it lies above every row, > "
+                f"{g(e.D_max)})" if D < e.D_lo else
+                f"inside {label}'s interval: undecided (D {g(D)}; the edge {beyond(e)})")
     if e.D_edge == 0:
-        return (f"beyond {label} (D {g(D)} > {g(e.D_hi)}: the edge lies below every row)" if D > e.D_hi else
-                f"inside {label}'s interval: undecided (D {g(D)}; the edge lies below every row, < {g(e.D_hi)})")
+        return (f"beyond {label} (D {g(D)} > {g(e.D_hi)}, the edge's 95% upper bound; it lies below every row, < "
+                f"{g(e.D_min)})" if D > e.D_hi else
+                f"inside {label}'s interval: undecided (D {g(D)}; the edge {beyond(e)})")
     where = f"edge {g(e.D_edge)} [{g(e.D_lo)}, {g(e.D_hi)}]"
     if D < e.D_lo:
         return f"within {label} (D {g(D)} < {where})"
@@ -178,13 +216,16 @@ def edge_place(D: float, e) -> str:
 
 
 def edge_range_words(t: pd.DataFrame, unit: str = "") -> str:
-    """Some edges (rows of edges.parquet) as one range: "at D 0.0035–0.018", "above every row (D > 0.038–0.39)", or
-    both with their counts; `unit` after each number range."""
+    """Some edges (rows of edges.parquet) as one range: "at D 0.0035–0.018", "above every row (D > 0.038–0.69; 95%
+    lower bound 0.038–0.39)" (an edge above every row lies above its rows' largest D, D_max; the 95% lower bound is
+    its interval's end), or both with their counts; `unit` after each D range."""
     above, below = t[np.isinf(t["D_edge"])], t[t["D_edge"] == 0]
     at = t[np.isfinite(t["D_edge"]) & (t["D_edge"] > 0)]
     parts = ([f"at D {span(at['D_edge'])}{unit}"] if len(at) else []) + \
-            ([f"above every row (D > {span(above['D_lo'])}{unit})"] if len(above) else []) + \
-            ([f"below every row (D < {span(below['D_hi'])}{unit})"] if len(below) else [])
+            ([f"above every row (D > {span(above['D_max'])}{unit}; 95% lower bound {span(above['D_lo'])})"]
+             if len(above) else []) + \
+            ([f"below every row (D < {span(below['D_min'])}{unit}; 95% upper bound {span(below['D_hi'])})"]
+             if len(below) else [])
     if len(parts) == 1:
         return parts[0]
     counts = [len(x) for x in (at, above, below) if len(x)]
@@ -228,20 +269,39 @@ class Spread:
                 f"{mechanism_label(self.bottom)}, {self.state})")
 
 
+def judged_ratios(ratios: pd.DataFrame, student: str) -> pd.DataFrame:
+    """A student's ratios of edge_ratios.parquet (the seed-aware rule's) between two judged mechanisms."""
+    r = seeds_rule(ratios)
+    return r[(r["student"] == student) & r["mechanism"].map(judged).astype(bool) & r["versus"].map(judged).astype(bool)]
+
+
+def differs(rs: pd.DataFrame) -> bool:
+    """The one test of "one budget in D" and "total mismatch decides": two of a student's judged edges differ beyond
+    their joint 95% interval (some ratio of `rs`, judged_ratios, whose interval excludes 1)."""
+    return bool(len(rs)) and not rs["coincide"].astype(bool).all()
+
+
+def differing(edges: pd.DataFrame, ratios: pd.DataFrame) -> list[str]:
+    """The students on which two judged edges differ (differs), sorted."""
+    return [s for s in sorted(set(seeds_rule(edges)["student"])) if differs(judged_ratios(ratios, s))]
+
+
 def spreads(edges: pd.DataFrame, ratios: pd.DataFrame) -> list[Spread]:
-    """Per student with two judged edges: its largest edge over its smallest (where both lie beyond the rows on the
-    same side and no ratio is defined, the most distinct pair that has one)."""
-    edges, ratios = seeds_rule(edges), seeds_rule(ratios)
+    """Per student with two judged edges: its largest edge over its smallest; where both lie beyond the rows on the
+    same side and no ratio is defined, or where that pair coincides but another pair differs (differs), the most
+    distinct pair instead, so that a spread's state is "differ" exactly where the student differs."""
+    edges = seeds_rule(edges)
     out = []
     for student, es in edges.groupby("student", sort=True):
         es = sorted([e for e in es.itertuples() if judged(e.mechanism)], key=_edge_key)
-        rs = [r for r in ratios[ratios["student"] == student].itertuples() if judged(r.mechanism) and judged(r.versus)]
+        judged_rs = judged_ratios(ratios, student)
+        rs = list(judged_rs.itertuples())
         if len(es) < 2 or not rs:
             continue
         top, bottom = es[-1].mechanism, es[0].mechanism
         r = next((r for r in rs if {r.mechanism, r.versus} == {top, bottom}), None)
-        if r is None:  # the most distinct pair: the largest lower bound of a ratio oriented to be >= 1
-            def lower(x):
+        if r is None or (r.coincide and differs(judged_rs)):  # the most distinct pair: the largest lower bound of a
+            def lower(x):                                      # ratio oriented to be >= 1
                 a = oriented(x, x.mechanism)
                 return max(a[1], 1 / a[2] if a[2] > 0 else np.inf)
             r = max(rs, key=lower)
@@ -256,26 +316,21 @@ def spreads(edges: pd.DataFrame, ratios: pd.DataFrame) -> list[Spread]:
 
 def claim_budget(edge: pd.DataFrame, edges: pd.DataFrame, ratios: pd.DataFrame) -> Claim:
     """One budget in D, judged on each student's mechanisms' Delta = tau edges (the seed-aware rows): disagrees where
-    two of a student's judged edges differ beyond their joint interval (a ratio whose interval excludes 1); agrees
+    two of a student's judged edges differ beyond their joint interval (differs: a ratio whose interval excludes 1,
+    claim_total_mismatch's test too: SAME_TEST); agrees
     where every student has two edges to compare, none differs, and its B_emp has NEAR_FAILS fails and NEAR_PASSES
     passes within NEAR_FACTOR of its edge; unresolved otherwise. The edges are shown in D, over D(0) and as a share of
     the initial KL; B_emp is shown, never as an inverted interval, and not judged."""
-    edges, ratios = seeds_rule(edges), seeds_rule(ratios)
+    edges = seeds_rule(edges)
     students = sorted(set(edge["student"]) | set(edges["student"]))
-    differ, compared = [], []
-    for s in students:
-        rs = ratios[(ratios["student"] == s) & ratios["mechanism"].map(judged).astype(bool)
-                    & ratios["versus"].map(judged).astype(bool)]
-        if len(rs):
-            compared.append(s)
-        if len(rs) and not rs["coincide"].all():
-            differ.append(s)
+    compared = [s for s in students if len(judged_ratios(ratios, s))]
+    differ = differing(edges, ratios)
     near_ok = all(not (np.isnan(e.lo) or np.isnan(e.hi)) and e.n_fail_near >= NEAR_FAILS
                   and e.n_pass_near >= NEAR_PASSES for e in edge.itertuples())
     if differ:
         verdict = DISAGREES
         why = (f"on {len(differ)} of {len(students)} students two mechanisms' edges differ beyond their joint 95% "
-               f"interval: no single edge in D")
+               f"interval: no single edge in D ({SAME_TEST})")
     elif len(compared) == len(students) and near_ok:
         verdict, why = AGREES, "every student's edges coincide within their joint intervals"
     else:
@@ -291,13 +346,15 @@ def claim_budget(edge: pd.DataFrame, edges: pd.DataFrame, ratios: pd.DataFrame) 
     inconsistent = int((~edge["consistent"].astype(bool)).sum()) if len(edge) else 0
     toy = (f"Δ = τ edges in nats/token: {'; '.join(per)}; B_emp inconsistent (a fail below a pass) on {inconsistent} "
            f"of {len(edge)} students")
-    paper = (f"one budget: B_emp {_span(*PAPER_BUDGET)} nats/token (7B), {PAPER_D0_RATIO[0]}–{PAPER_D0_RATIO[1]}x "
-             f"D(0), {PAPER_BUDGET[0] / PAPER_KL0:.1f}–{PAPER_BUDGET[1] / PAPER_KL0:.1f}x the initial KL")
+    paper = (f"one budget: B_emp {_span(*PAPER_BUDGET)} nats/token (7B), {PAPER_D0_WORDS}, "
+             f"{PAPER_KL0_RATIO[0]:.1f}–{PAPER_KL0_RATIO[1]:.1f}x the initial KL")
     fixed = edges[(edges["mechanism"] == NOISE_FIXED) & np.isfinite(edges["D_edge"]) & (edges["D_edge"] > 0)]
     where = f", its fixed-noise edge at {span(fixed['edge_over_d0'])}x D(0)" if len(fixed) else ""
-    paper_says = f"the paper's B_emp is {_span(*PAPER_BUDGET)} nats/token ({PAPER_D0_RATIO[0]}–{PAPER_D0_RATIO[1]}x D(0))"
-    plain = {DISAGREES: f"The toy disagrees that one budget in D holds: {paper_says}; the toy's mechanisms fail at "
-                        f"different D on {len(differ)} of {len(students)} students{where}.",
+    paper_says = f"the paper's B_emp is {_span(*PAPER_BUDGET)} nats/token ({PAPER_D0_WORDS})"
+    apart = span([x.lo for x in spreads(edges, ratios) if x.student in differ])  # total mismatch's numbers (one test)
+    plain = {DISAGREES: f"The toy disagrees that one budget in D holds, or (one test) that total mismatch decides: "
+                        f"{paper_says}; the toy's mechanisms fail at D at least {apart}x apart on {len(differ)} of "
+                        f"{len(students)} students{where}.",
              AGREES: f"One budget in D holds (agrees): each student's mechanisms share one edge{where}; {paper_says}.",
              UNRESOLVED: f"Whether one budget in D holds is unresolved{where}; {paper_says}."}[verdict]
     return Claim("budget", "One mismatch budget in D", paper, toy, verdict, why, plain, "one budget in D")
@@ -305,22 +362,23 @@ def claim_budget(edge: pd.DataFrame, edges: pd.DataFrame, ratios: pd.DataFrame) 
 
 def claim_total_mismatch(edges: pd.DataFrame, ratios: pd.DataFrame) -> Claim | None:
     """Total mismatch decides: one number per student, its largest judged edge over its smallest with the interval
-    (spreads). Disagrees where some student's differ; agrees where every student has one and each coincides with a
+    (spreads). Disagrees where two of some student's judged edges differ (differs: claim_budget's test, so the two
+    claims fail together, on one piece of evidence); agrees where every student has one and each coincides with a
     bounded interval; unresolved otherwise. None where no student has two edges."""
     sp = spreads(edges, ratios)
     if not sp:
         return None
-    differ = [s for s in sp if s.state == "differ"]
+    differ = [s for s in sp if s.student in differing(edges, ratios)]  # claim_budget's test (differs)
     n = edges["student"].nunique()
     if differ:
         verdict = DISAGREES
-        why = f"on {len(differ)} of {n} students two edges differ beyond their joint 95% interval"
+        why = f"on {len(differ)} of {n} students two edges differ beyond their joint 95% interval (one budget in D's test)"
     elif len(sp) == n and all(s.state == "coincide" for s in sp):
         verdict, why = AGREES, "on every student the largest and smallest edges coincide"
     else:
         verdict, why = UNRESOLVED, "no two edges differ, but some interval reaches 0 or ∞ (too wide)"
     low = [s.lo for s in differ]
-    plain = {DISAGREES: f"Nor does total mismatch decide alone: a student's largest edge is at least {span(low)}x its "
+    plain = {DISAGREES: f"By the same test, total mismatch does not decide alone: a student's largest edge is at least {span(low)}x its "
                         f"smallest ({len(differ)} of {n} students).",
              AGREES: "Total mismatch decides: on every student the mechanisms' edges coincide.",
              UNRESOLVED: "Whether total mismatch decides is unresolved: the edges' ratios are too uncertain."}[verdict]
@@ -357,7 +415,7 @@ def claim_staleness(staleness: pd.DataFrame, edges: pd.DataFrame, primary: str, 
         verdict, why = AGREES, f"every staleness row at the paper's scale has its interval below τ = {tau:.0%}"
     else:
         verdict, why = UNRESOLVED, "a staleness row at the paper's scale has an interval that holds τ"
-    paper = (f"k = {PAPER_STALE['k']} passes at D {PAPER_STALE['D']} = {PAPER_STALE['over_d0']}x D(0), "
+    paper = (f"k = {PAPER_STALE['k']} passes at D {PAPER_STALE['D']} = {sig2(PAPER_STALE_OVER_D0)}x D(0), "
              f"{pct(share_paper)} of its budget edge {PAPER_BUDGET[0]}")
     toy = (f"{primary}'s rows within {COMPARABLE}x of that share of its fixed-noise edge {g(edge.D_edge)}: "
            + ("; ".join(items) if items else "none") + (f"; k = {PAPER_STALE['k']} itself: " + ", ".join(eights)
@@ -392,8 +450,8 @@ def claim_kv(kv: pd.DataFrame) -> Claim:
            + (f", keys alone {pct_span(keys)} of layer 0's where resolved" if keys else ""))
     paper = (f"layer 0 is {PAPER_KV_LAYER0[0]:.0%}–{PAPER_KV_LAYER0[1]:.0%} of it (7B), keys ~{PAPER_KV_KEYS:.0%} of "
              f"that layer's")
-    plain = ("The first-layer FP8-KV claim is untestable here: it rests on pretrained key-projection-bias outliers "
-             "(no QK-norm) that 2-3-layer models trained from scratch lack.")
+    plain = ("The first-layer FP8-KV claim is untestable here: its pretrained key-bias outliers (no QK-norm) are "
+             "absent from small from-scratch models.")
     return Claim("kv", "The first layer carries the FP8 KV cache's mismatch", paper, toy, UNTESTABLE, KV_UNTESTABLE,
                  plain, "the first layer carrying the FP8 KV cache's mismatch")
 
@@ -603,20 +661,41 @@ def redraw(edges: pd.DataFrame, ratios: pd.DataFrame) -> Redraw | None:
 
 @dataclass(frozen=True)
 class Guard:
-    """The guard in numbers (analysis/guard.parquet): its lines, the guarded rows' D over them, how many pass, and how
-    many of those pass where their unguarded twin fails."""
+    """The guard in numbers (analysis/guard.parquet): its lines, the guarded rows' D over them, how many pass, how
+    many of those pass where their unguarded twin fails, and its cost: the share of steps the guarded rows ran on
+    the cheap engine (cheap_share), with the rows at the smallest share and whether they are nearly their fallback
+    engine's runs (at most GUARD_NEARLY of steps on the cheap one; `standard`: that fallback is the standard
+    engine)."""
     lines: str
     ratios: str
     n: int
     passes: int
     rescued: int
     twins_fail: int
+    cheap: str = ""
+    fewest: float = float("nan")
+    fewest_rows: tuple = ()
+    standard: bool = False
+
+    def cost(self) -> str:
+        """The cost as a clause: "on the cheap engine for only 4.0–53% of steps (4.0% on a and b: nearly BF16)"."""
+        if not self.cheap:
+            return ""
+        nearly = self.fewest <= GUARD_NEARLY and self.fewest_rows
+        runs = "nearly BF16" if self.standard else "nearly their fallback engine"
+        return (f"on the cheap engine for only {self.cheap} of steps"
+                + (f" ({pct(self.fewest)} on {and_list(self.fewest_rows)}: {runs})" if nearly else ""))
+
+    def clause(self) -> str:
+        """The guard without its full stop (the opening's sentence, README's before its link)."""
+        every = "every guarded row" if self.passes == self.n else f"{self.passes} of {self.n} guarded rows"
+        twins = f"{self.rescued} whose unguarded twin fails" + (
+            "" if self.twins_fail == self.rescued else f"; {self.twins_fail} of {self.n} twins fail")
+        return (f"Beyond the paper, a guard falling back past d_max = {self.lines} keeps {every} passing ({twins}) "
+                f"at {self.ratios}x that line" + (f", {self.cost()}" if self.cheap else ""))
 
     def sentence(self) -> str:
-        every = "every one passes" if self.passes == self.n else f"{self.passes} of {self.n} pass"
-        return (f"Beyond the paper, a guard falling back past d_max = {self.lines} keeps guarded rows' D at "
-                f"{self.ratios}x that line; {every}, {self.rescued} where the unguarded twin fails"
-                + ("" if self.twins_fail == self.rescued else f" ({self.twins_fail} of {self.n} twins fail)") + ".")
+        return self.clause() + "."
 
 
 def guard(gd: pd.DataFrame) -> Guard | None:
@@ -624,9 +703,17 @@ def guard(gd: pd.DataFrame) -> Guard | None:
     if gd.empty:
         return None
     ok = gd["verdict_seeds"] == "pass"
+    cost = {}
+    if "cheap_share" in gd and gd["cheap_share"].notna().any():
+        share = gd["cheap_share"].astype(float)
+        low = gd[np.isclose(share, share.min())]
+        cost = {"cheap": pct_span(share.dropna()), "fewest": float(share.min()),
+                "fewest_rows": tuple(sorted(low["config"])),
+                "standard": bool(low["fallback_is_standard"].astype(bool).all()) if "fallback_is_standard" in low
+                else False}
     return Guard(and_list(sorted({f"{x:g}" for x in gd["d_max"]})), span(gd["D_over_d_max"]), len(gd), int(ok.sum()),
                  int((ok & (gd["unguarded_verdict_seeds"] == "fail")).sum()),
-                 int((gd["unguarded_verdict_seeds"] == "fail").sum()))
+                 int((gd["unguarded_verdict_seeds"] == "fail").sum()), **cost)
 
 
 def guard_sentence(gd: pd.DataFrame) -> str | None:
@@ -647,6 +734,18 @@ def scorecard_table(cs: list[Claim]) -> list[str]:
     out += [f"| {table_cell(c.claim)} | {table_cell(c.paper)} | {table_cell(c.toy)} | **{c.verdict}**: "
             f"{table_cell(c.why)} |" for c in cs]
     return out
+
+
+def one_test(cs: list[Claim]) -> list[Claim]:
+    """The claims with "total mismatch decides" folded into "one budget in D" where both disagree: they rest on one
+    test (differs), so the opening and a list of verdicts say that disagreement once (the budget's plain sentence
+    then says both, with total mismatch's numbers)."""
+    by = {c.key: c for c in cs}
+    budget, total = by.get("budget"), by.get("total")
+    if budget is None or total is None or not budget.verdict == total.verdict == DISAGREES:
+        return cs
+    both = replace(budget, phrase=f"{budget.phrase} and, by the same test, {total.phrase}")
+    return [both if c is budget else c for c in cs if c is not total]
 
 
 def phrases(cs: list[Claim], verdict: str, sep: str = ", ") -> str:

@@ -25,7 +25,7 @@ from opd import config as C
 from opd import scorecard
 from opd import outputs as O
 from opd import stats, store
-from opd.rows import Row
+from opd.rows import ENGINE_FIELDS, FIELD_TYPES, PLACEMENT_FIELDS, Row
 from opd.spec import Experiment, FrozenRule, results_dir, run_id
 
 RULE_NAMES, RULE_COLUMNS = stats.RULE_NAMES, stats.RULE_COLUMNS
@@ -398,8 +398,10 @@ def step0_statistics(a: Analysis, row: Row, student: str) -> tuple[dict | None, 
 
 
 _ROW_KEYS = set(Row.__dataclass_fields__) - {"given"}
-_COMPARED = ("weights", "activations", "kv_cache", "bf16_layers", "quant_alpha", "staleness", "noise_sigma", "noise_redraw",
-             "algorithm", "variant", "speculative", "lr", "reference", "guard")
+# What a row computes (its engine, ENGINE_FIELDS, then the other fields a job computes from) and what its Delta is
+# against (`reference`, a placement field that changes the comparison).
+_COMPARED = (*ENGINE_FIELDS, *(f for f in FIELD_TYPES if f not in (*ENGINE_FIELDS, "name", *PLACEMENT_FIELDS)),
+             "reference")
 
 
 def changed_fields(analysed: Row, now: Row) -> list[str]:

@@ -443,14 +443,35 @@ def test_the_schema_takes_the_dials_and_their_fixed_fields(toy_config):
          "students": ["qwen-s"]},
         {"name": "w4a4-alpha", "field": "quant_alpha", "fixed": {"weights": "nvfp4", "activations": "nvfp4"},
          "bracket": [0.1, 1], "students": ["qwen-s"]},
-        {"name": "kv-alpha", "field": "quant_alpha", "fixed": {"kv_cache": "fp8_e4m3", "bf16_layers": [0]},
+        {"name": "kv-alpha", "field": "quant_alpha", "fixed": {"kv_cache": "fp8_e4m3", "noise_redraw": False},
          "bracket": [0.05, 0.8], "students": ["qwen-s", "qwen-m"]},
         {"name": "stale-edge", "field": "staleness", "bracket": [1, 16], "students": ["qwen-s"]}]
     C.validate(toy_config)
     x = Experiment.of(toy_config).edges
-    assert x[3].fixed_fields == {"kv_cache": "fp8_e4m3", "bf16_layers": [0]} and hash(x[3])
+    assert x[3].fixed_fields == {"kv_cache": "fp8_e4m3", "noise_redraw": False} and hash(x[3])
     assert x[3].written() == e["edges"][3] and x[0].written() == e["edges"][0] and x[0].fixed == ()
     e["edges"][-1]["fixed"] = ["noise_redraw"]
     assert "experiment 'toy', field 'edges.4.fixed': ['noise_redraw'] is not of type 'object'" in err(toy_config)
     e["edges"][-1] = {**e["edges"][-1], "fixed": {}, "field": "lr"}
     assert "field 'edges.4.field': 'lr' is not one of ['noise_sigma', 'quant_alpha', 'staleness']" in err(toy_config)
+
+
+@pytest.mark.parametrize("field, bracket, fixed", [
+    ("noise_sigma", [0.05, 0.5], {"weights": "fp8_tensor"}),  # a recipe and noise: two dials
+    ("quant_alpha", [0.1, 1], {"kv_cache": "fp8_e4m3", "bf16_layers": [0]}),  # BF16 layers: on no dial
+    ("staleness", [1, 16], {"noise_sigma": 0.1}),
+    ("staleness", [1, 16], {"speculative": True}),
+    ("staleness", [1, 16], {"weights": "nvfp4"}),
+])
+def test_an_edge_whose_rows_lie_on_no_dial_is_refused_naming_the_edge_and_fixed(toy_config, field, bracket, fixed):
+    """edges.parquet finds an edge's rows by their mechanism (opd.rows.mechanism): `fixed` fields that put them on
+    no dial would train rows the edges table silently leaves out, so validation refuses them."""
+    e = toy_config["experiments"]["toy"]
+    e["edges"].append({"name": "off-dial", "field": field, "fixed": fixed, "bracket": bracket, "students": ["qwen-s"]})
+    n = len(e["edges"])
+    m = err(toy_config)
+    assert f"experiment 'toy', edge {n} ('off-dial'), field 'fixed': {field} with " in m, m
+    assert "would put its rows on no dial (opd.rows.mechanism" in m and "edges.parquet would leave out" in m
+    e["edges"][-1]["fixed"] = {"noise_redraw": True} if field == "noise_sigma" else \
+        {"kv_cache": "fp8_e4m3"} if field == "quant_alpha" else {}
+    C.validate(toy_config)  # the same edge on its dial

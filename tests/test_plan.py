@@ -385,7 +385,8 @@ def test_a_diverged_value_fails(toy_config):
     (lambda e: e.update(edges=[{**ALPHA, "bracket": [0.5, 2]}]),
      "edge 1 ('w4a4'), field 'bracket': [0.5, 2] leaves quant_alpha's range, (0, 1]"),
     (lambda e: e.update(edges=[{**ALPHA, "fixed": {"noise_sigma": 0.1}}]),
-     "edge 1 ('w4a4'), field 'fixed': a quant_alpha edge dials a quantization"),
+     "edge 1 ('w4a4'), field 'fixed': quant_alpha interpolates between the BF16 engine and the row's quantized one, "
+     "but the row quantizes nothing (noise_sigma is weight noise"),
     (lambda e: e.update(edges=[{**EDGE, "fixed": {"noise_sigma": 0.1}}]),
      "edge 1 ('edge'), field 'fixed.noise_sigma': the edge's own field"),
     (lambda e: e.update(edges=[{**EDGE, "fixed": {"seeds": [0]}}]),

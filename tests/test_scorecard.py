@@ -10,8 +10,10 @@ from opd.rows import Row
 INF = np.inf
 
 
-def edge_row(student, mechanism, D, lo, hi, d0=1e-4, kl0=0.1, rule="seeds"):
+def edge_row(student, mechanism, D, lo, hi, d0=1e-4, kl0=0.1, rule="seeds", D_min=0.001, D_max=0.5):
+    """D_min, D_max: the smallest and largest D of the mechanism's rows."""
     return {"student": student, "mechanism": mechanism, "rule": rule, "tau": 0.2, "D_edge": D, "D_lo": lo, "D_hi": hi,
+            "D_min": D_min, "D_max": D_max,
             "edge_over_d0": D / d0, "edge_over_d0_lo": lo / d0, "edge_over_d0_hi": hi / d0, "edge_over_kl0": D / kl0,
             "edge_over_kl0_lo": lo / kl0, "edge_over_kl0_hi": hi / kl0, "d0": d0, "kl0": kl0, "n_rows": 4}
 
@@ -49,12 +51,29 @@ def test_edge_place_says_within_beyond_or_undecided():
     assert S.edge_place(0.004, e) == "within the fixed-noise edge (D 0.0040 < edge 0.018 [0.0098, 0.14])"
     assert S.edge_place(0.2, e) == "beyond the fixed-noise edge (D 0.20 > edge 0.018 [0.0098, 0.14])"
     assert S.edge_place(0.05, e).startswith("inside the fixed-noise edge's interval: undecided (D 0.050")
-    above = pd.DataFrame([edge_row("a", "noise_redrawn", INF, 0.39, INF)]).iloc[0]
-    assert S.edge_place(0.01, above).startswith("within the redrawn-noise edge (D 0.010 < 0.39")
-    assert "undecided" in S.edge_place(0.5, above)
-    below = pd.DataFrame([edge_row("a", "staleness", 0.0, 0.0, 0.001)]).iloc[0]
-    assert S.edge_place(0.01, below).startswith("beyond the staleness edge")
+    above = pd.DataFrame([edge_row("a", "noise_redrawn", INF, 0.39, INF, D_max=0.69)]).iloc[0]
+    assert S.edge_place(0.01, above) == ("within the redrawn-noise edge (D 0.010 < 0.39, the edge's 95% lower bound; "
+                                         "it lies above every row, > 0.69)")
+    assert S.edge_place(0.5, above) == ("inside the redrawn-noise edge's interval: undecided (D 0.50; the edge > 0.69 "
+                                        "(above every row; 95% lower bound 0.39))")
+    below = pd.DataFrame([edge_row("a", "staleness", 0.0, 0.0, 0.003, D_min=0.001)]).iloc[0]
+    assert S.edge_place(0.01, below).startswith("beyond the staleness edge (D 0.010 > 0.0030, the edge's 95% upper")
     assert S.mechanism_label("staleness@lr=3e-05") == "staleness (lr 3e-05)"
+
+
+def test_an_edge_beyond_every_row_is_said_beyond_its_rows_largest_d_with_its_bound_apart():
+    """An edge above every row lies above the largest D of its rows (D_max), not above its 95% lower bound (D_lo),
+    which replicates crossing inside the rows pull below it."""
+    above = pd.DataFrame([edge_row("a", "noise_redrawn", INF, 0.056, INF, d0=1e-3, D_max=0.685)]).iloc[0]
+    assert S.edge_cell(above) == "> 0.69 (above every row; 95% lower bound 0.056)"
+    assert S.beyond(above, above.d0, side=False) == "> 685 (95% lower bound 56)"
+    below = pd.DataFrame([edge_row("a", "staleness", 0.0, 0.0, 0.003, D_min=0.001)]).iloc[0]
+    assert S.edge_cell(below) == "< 0.0010 (below every row; 95% upper bound 0.0030)"
+    t = pd.DataFrame([edge_row("a", "noise_redrawn", INF, 0.056, INF, D_max=0.685),
+                      edge_row("b", "noise_redrawn", INF, 0.39, INF, D_max=0.51),
+                      edge_row("c", "noise_redrawn", 0.01, 0.005, 0.02)])
+    assert S.edge_range_words(t, " nats/token") == ("at D 0.010 nats/token on 1; above every row (D > 0.51–0.69 "
+                                                    "nats/token; 95% lower bound 0.056–0.39) on 2")
 
 
 def test_spreads_take_each_students_largest_edge_over_its_smallest_oriented_and_judged():
@@ -74,8 +93,11 @@ def test_budget_disagrees_where_two_edges_differ_and_never_prints_an_inverted_in
     edge = pd.DataFrame([bemp("a", 0.6, 0.05, consistent=False), bemp("b")])
     c = S.claim_budget(edge, EDGES, RATIOS)
     assert c.verdict == S.DISAGREES and "on 1 of 2 students" in c.why
+    # one test with total mismatch's: the plain sentence says both, with the spread's lower bound
+    assert "or (one test) that total mismatch decides" in c.plain and "at least 10x apart on 1 of 2 students" in c.plain
     assert "fixed-noise at D 0.010–0.020 (100–200x D(0), 10–20% of the initial KL)" in c.toy
-    assert "redrawn-noise above every row (D > 0.20)" in c.toy and "on 1 of 2 students" in c.toy
+    assert "redrawn-noise above every row (D > 0.50; 95% lower bound 0.20)" in c.toy and "on 1 of 2 students" in c.toy
+    assert "the same test as total mismatch's" in c.why
     assert "[0.6, 0.05]" not in c.toy + c.plain and "[0.184, 0.39] nats/token" in c.paper
     assert "B_emp inconsistent (a fail below a pass) on 1 of 2 students" in c.toy
 
@@ -106,6 +128,24 @@ def test_total_mismatch_one_ratio_per_student():
     wide = ok.assign(ratio_hi=[INF, 2.5, INF])  # a holds 1 only because its interval runs to infinity
     assert S.claim_total_mismatch(edges, wide).verdict == S.UNRESOLVED
     assert S.claim_total_mismatch(EDGES[EDGES["student"] == "a"].iloc[:1], RATIOS.iloc[:0]) is None
+
+
+def test_budget_and_total_mismatch_rest_on_one_test():
+    """Where a student's largest and smallest edges coincide but another pair differs, both claims see the same
+    difference (differs), and the spread shows the pair that differs."""
+    edges = pd.DataFrame([edge_row("c", "noise_fixed", 0.01, 0.002, 0.05), edge_row("c", "staleness", 0.02, 0.015, 0.03),
+                          edge_row("c", "noise_redrawn", 0.04, 0.001, 0.5)])
+    ratios = pd.DataFrame([ratio_row("c", "noise_redrawn", "noise_fixed", 4.0, 0.1, 50.0),
+                           ratio_row("c", "staleness", "noise_fixed", 2.0, 1.2, 3.0),  # differs
+                           ratio_row("c", "noise_redrawn", "staleness", 2.0, 0.05, 30.0)])
+    assert S.differing(edges, ratios) == ["c"]
+    edge = pd.DataFrame([bemp("c")])
+    assert S.claim_budget(edge, edges, ratios).verdict == S.claim_total_mismatch(edges, ratios).verdict == S.DISAGREES
+    (sp,) = S.spreads(edges, ratios)
+    assert (sp.top, sp.bottom, sp.state) == ("staleness", "noise_fixed", "differ")
+    coincide = ratios.assign(ratio_lo=0.5, coincide=True)
+    assert not S.differing(edges, coincide) and S.claim_total_mismatch(edges, coincide).verdict != S.DISAGREES
+    assert S.claim_budget(edge, edges, coincide).verdict != S.DISAGREES
 
 
 # ---------------------------------------------------------------- staleness k = 8 passes, at the paper's scale
@@ -235,12 +275,18 @@ def test_the_mechanism_claims():
 
 def test_redraw_and_guard_sentences():
     r = S.redraw(EDGES, RATIOS)
-    assert (r.n, r.n_differ) == (1, 1) and "above every row (D > 0.20 nats/token)" in r.sentence()
+    assert (r.n, r.n_differ) == (1, 1) and "above every row (D > 0.50 nats/token; 95% lower bound 0.20)" in r.sentence()
     assert "persistence" in r.sentence()
     gd = pd.DataFrame([{"unguarded": u, "verdict_seeds": "pass", "unguarded_verdict_seeds": uv, "d_max": 0.004,
                         "D_over_d_max": x} for u, uv, x in (("a", "fail", 0.15), ("b", "pass", 0.86))])
-    assert S.guard_sentence(gd) == ("Beyond the paper, a guard falling back past d_max = 0.004 keeps guarded rows' D at "
-                                    "0.15–0.86x that line; every one passes, 1 where the unguarded twin fails.")
+    assert S.guard_sentence(gd) == ("Beyond the paper, a guard falling back past d_max = 0.004 keeps every guarded row "
+                                    "passing (1 whose unguarded twin fails) at 0.15–0.86x that line.")
+    # its cost: the share of steps on the cheap engine, and the rows that are nearly their fallback's runs
+    gd = gd.assign(config=["a-guard", "b-guard"], cheap_share=[0.53, 0.04], fallback_is_standard=True)
+    assert S.guard_sentence(gd) == ("Beyond the paper, a guard falling back past d_max = 0.004 keeps every guarded row "
+                                    "passing (1 whose unguarded twin fails) at 0.15–0.86x that line, on the cheap "
+                                    "engine for only 4.0–53% of steps (4.0% on b-guard: nearly BF16).")
+    assert S.guard(gd.assign(cheap_share=[0.53, 0.3])).cost() == "on the cheap engine for only 30–53% of steps"
 
 
 def test_the_scorecard_table_has_one_line_per_claim():
@@ -249,3 +295,8 @@ def test_the_scorecard_table_has_one_line_per_claim():
     assert table[0] == "| claim | paper | toy | verdict |" and len(table) == 2 + len(cs)
     assert all(line.count(" | ") == 3 for line in table[2:]) and "**disagrees**" in table[2]
     assert S.phrases(cs, S.DISAGREES) == "one budget in D and total mismatch deciding" and not S.phrases(cs, S.AGREES)
+    # one test behind both: a list of verdicts counts it once
+    assert S.phrases(S.one_test(cs), S.DISAGREES) == "one budget in D and, by the same test, total mismatch deciding"
+    assert [c.key for c in S.one_test(cs)] == ["budget"]
+    unresolved = [S.replace(c, verdict=S.UNRESOLVED) for c in cs]  # folded only where both disagree
+    assert S.one_test(unresolved) == unresolved

@@ -110,10 +110,16 @@ def edge_interval(D, delta, replicates, *, tau: float, ci: float = 0.95, weights
     (1 - ci) / 2 percentile of the replicates' lower bounds (replicate_bounds: a replicate censored above puts the
     edge at least at the largest D); hi: the (1 + ci) / 2 percentile of their upper bounds (inf where more than
     (1 - ci) / 2 of the replicates are censored above)."""
-    point = float(crossing(D, delta, tau=tau, weights=weights))
-    lower, upper = replicate_bounds(D, crossing(D, replicates, tau=tau, weights=weights))
+    return edge_of(D, crossing(D, delta, tau=tau, weights=weights), crossing(D, replicates, tau=tau, weights=weights),
+                   ci=ci)
+
+
+def edge_of(D, point: float, at, *, ci: float = 0.95) -> Edge:
+    """edge_interval from the crossings already found: `point` the point Deltas' (crossing), `at` (B,) each joint
+    replicate's."""
+    lower, upper = replicate_bounds(D, at)
     lo, hi = float(percentile(lower, 50 * (1 - ci))), float(percentile(upper, 50 * (1 + ci)))
-    return Edge(point, lo, hi, lo == 0, bool(np.isinf(hi)))
+    return Edge(float(point), lo, hi, lo == 0, bool(np.isinf(hi)))
 
 
 def edge_ratio(point_a: float, bounds_a, point_b: float, bounds_b, *, ci: float = 0.95) -> EdgeRatio:
@@ -214,8 +220,8 @@ def edge_tables(verdicts: pd.DataFrame, heldout: pd.DataFrame, rows, baseline: s
             for m in sorted({mech[c] for c in configs}, key=mechanism_order):
                 idx = [i for i, c in enumerate(configs) if mech[c] == m]
                 D = vr["D"].to_numpy(dtype=float)[idx]
-                e = edge_interval(D, delta[idx], reps[:, idx], tau=tau, ci=ci)
-                at = crossing(D, reps[:, idx], tau=tau)
+                at = crossing(D, reps[:, idx], tau=tau)  # each replicate's edge: the interval's and the ratios'
+                e = edge_of(D, crossing(D, delta[idx], tau=tau), at, ci=ci)
                 found[m] = (e, replicate_bounds(D, at))
                 names = [configs[i] for i in idx]
                 listed = sorted(zip(D, names))

@@ -8,7 +8,7 @@ import numpy as np
 
 from opd import plotmath, report, scripts, store
 from opd.rows import NOISE_FIXED, NOISE_REDRAWN, QUANT_ALPHA, STALENESS, Row, mechanism_order
-from opd.scorecard import PAPER_BUDGET, PAPER_D0_RATIO, PAPER_KL0
+from opd.scorecard import PAPER_D0_RATIO, PAPER_D0_WORDS, PAPER_KL0_RATIO
 
 RULE = "seeds"  # the edges' own resampling (problems, seeds and base-model draws)
 
@@ -29,10 +29,10 @@ def style(mechanism: str) -> dict:
 def label(e) -> str:
     """The edge in words beside its marker: D with its interval and over D(0), or the side it is censored on."""
     g = lambda v: "0" if v == 0 else "∞" if np.isinf(v) else f"{v:.2g}"  # noqa: E731
-    if np.isinf(e.D_edge):
-        return f"above every row: D > {g(e.D_lo)}"
+    if np.isinf(e.D_edge):  # beyond its rows' largest D; the interval's finite end apart
+        return f"above every row: D > {g(e.D_max)} (95% lower bound {g(e.D_lo)})"
     if e.D_edge == 0:
-        return f"below every row: D < {g(e.D_hi)}"
+        return f"below every row: D < {g(e.D_min)} (95% upper bound {g(e.D_hi)})"
     return f"{g(e.D_edge)} [{g(e.D_lo)}, {g(e.D_hi)}], {e.edge_over_d0:.0f}x D(0)"
 
 
@@ -45,10 +45,10 @@ def panel(ax, t, xlim):
     lo_x, hi_x = xlim
     d0, kl0 = float(t["d0"].iloc[0]), float(t["kl0"].iloc[0])
     ax.axvspan(PAPER_D0_RATIO[0] * d0, PAPER_D0_RATIO[1] * d0, color="#fee08b", alpha=0.7, lw=0, zorder=0,
-               label=f"paper's B_emp(0.20) as {PAPER_D0_RATIO[0]}–{PAPER_D0_RATIO[1]}x D(0)")
-    ax.axvspan(PAPER_BUDGET[0] / PAPER_KL0 * kl0, PAPER_BUDGET[1] / PAPER_KL0 * kl0, facecolor="none",
+               label=f"paper's B_emp(0.20) as {PAPER_D0_WORDS}")
+    ax.axvspan(PAPER_KL0_RATIO[0] * kl0, PAPER_KL0_RATIO[1] * kl0, facecolor="none",
                edgecolor="#bf812d", hatch="////", lw=0, zorder=0,
-               label=f"paper's B_emp(0.20) as {PAPER_BUDGET[0] / PAPER_KL0:.1f}–{PAPER_BUDGET[1] / PAPER_KL0:.1f}x "
+               label=f"paper's B_emp(0.20) as {PAPER_KL0_RATIO[0]:.1f}–{PAPER_KL0_RATIO[1]:.1f}x "
                      "the initial held-out KL")
     ax.axvline(d0, color=report.NEUTRAL, ls=":", lw=0.7, label="D(0): the standard engine's own D")
     ax.plot([], [], "-o", color=report.NEUTRAL, ms=4, lw=1.0,
@@ -86,7 +86,7 @@ def main(inp, out, params):
     students = [s for s in dict.fromkeys([params.primary, *sorted(t["student"])]) if s in set(t["student"])]
     ends = np.concatenate([t[c].to_numpy(float) for c in ("D_edge", "D_lo", "D_hi", "D_min", "D_max", "d0")]
                           + [PAPER_D0_RATIO[1] * t["d0"].to_numpy(float),
-                             PAPER_BUDGET[1] / PAPER_KL0 * t["kl0"].to_numpy(float)])
+                             PAPER_KL0_RATIO[1] * t["kl0"].to_numpy(float)])
     ends = ends[np.isfinite(ends) & (ends > 0)]
     xlim = (ends.min() / 2.5, ends.max() * 2.5) if len(ends) else (1e-5, 1.0)
     heights = [max(2, (t["student"] == s).sum()) for s in students]

@@ -5,6 +5,7 @@ import pandas as pd
 
 from opd import report, scripts, store
 from opd.mechanism import HI, LO, growth_of, n_prefixes_checked, over_training
+from opd.scorecard import PAPER_FIXED_ERROR, PAPER_FIXED_RATIO, paper_growth
 
 SPACES = (("logit", "toy, logit space"), ("param", "toy, parameter space"))
 
@@ -40,14 +41,15 @@ def main(inp, out, params):
     t = store.read_table(inp[0])
     last = int(t["step"].max())
     rows = [
-        {"quantity": f"S / U from σ = {LO} to {HI}, step 0", "paper": "5.3x (0.098 → 0.517)"},
-        {"quantity": f"S / U from σ = {LO} to {HI}, step {last} (end)", "paper": "5.3x (0.098 → 0.517)"},
-        {"quantity": f"T / U from σ = {LO} to {HI}, step 0", "paper": "2.1x (0.198 → 0.417)"},
-        {"quantity": f"T / U from σ = {LO} to {HI}, step {last} (end)", "paper": "2.1x (0.198 → 0.417)"},
-        {"quantity": "fixed prefixes: error at the end / at step 0 (noise rows × probe seeds)", "paper": "0.11–0.13x"},
+        {"quantity": f"S / U from σ = {LO} to {HI}, step 0", "paper": paper_growth("S")},
+        {"quantity": f"S / U from σ = {LO} to {HI}, step {last} (end)", "paper": paper_growth("S")},
+        {"quantity": f"T / U from σ = {LO} to {HI}, step 0", "paper": paper_growth("T")},
+        {"quantity": f"T / U from σ = {LO} to {HI}, step {last} (end)", "paper": paper_growth("T")},
+        {"quantity": "fixed prefixes: error at the end / at step 0 (noise rows × probe seeds)",
+         "paper": "–".join(map(str, PAPER_FIXED_ERROR)) + "x"},
         {"quantity": "fixed prefixes: update at the end / at step 0 (noise rows × probe seeds)", "paper": "below the error's (shrinks faster)"},
-        {"quantity": "fixed prefixes: error / update at step 0 (noise rows × probe seeds)", "paper": "0.93"},
-        {"quantity": "fixed prefixes: error / update at the end (noise rows × probe seeds)", "paper": "1.88"},
+        {"quantity": "fixed prefixes: error / update at step 0 (noise rows × probe seeds)", "paper": str(PAPER_FIXED_RATIO[0])},
+        {"quantity": "fixed prefixes: error / update at the end (noise rows × probe seeds)", "paper": str(PAPER_FIXED_RATIO[1])},
         {"quantity": "OPD bias (mean per prefix) at the end / at step 0 (noise rows × probe seeds)", "paper": "vanishes as A → 0"},
         {"quantity": "REINFORCE bias R δ at the end / at step 0 (noise rows × probe seeds)", "paper": "does not vanish"},
         {"quantity": "OPD bias per unit of mismatch (mean ‖g‖₂ / mean ‖δ‖₁), end / step 0 (noise rows × probe seeds)",
