@@ -195,7 +195,7 @@ def test_edge_tables_from_runs():
     rows = [Row("bf16", baseline=True)] + [Row(c, noise_sigma=0.01 * (i + 1)) for i, c in enumerate(noise)] \
         + [Row(c, staleness=int(c[1:])) for c in stale]
     e, r = stats.edge_tables(v, heldout, rows, "bf16", tau=0.2, lr=1e-4, n_boot=2000)
-    assert list(e.columns) == stats.EDGE_COLUMNS and list(r.columns) == stats.RATIO_COLUMNS
+    assert list(e.columns) == list(stats.EDGE_COLUMNS) and list(r.columns) == list(stats.RATIO_COLUMNS)
     assert set(zip(e["mechanism"], e["rule"])) == {(m, x) for m in ("noise_fixed", "staleness")
                                                    for x in ("seeds", "paper")}
     truth = 10 ** -2.5

@@ -177,12 +177,19 @@ def joint_replicates(heldout: pd.DataFrame, student: str, configs, references: d
     return mc.sum(0) / mr.sum(0) - 1.0, paired_resamples(mc, mr, n_boot, seed)
 
 
-EDGE_COLUMNS = ["student", "mechanism", "dial", "rule", "tau", "D_edge", "D_lo", "D_hi", "censored_lo", "censored_hi",
-                "edge_over_d0", "edge_over_d0_lo", "edge_over_d0_hi", "edge_over_kl0", "edge_over_kl0_lo",
-                "edge_over_kl0_hi", "d0", "kl0", "n_rows", "n_runs", "D_min", "D_max", "share_above", "share_below",
-                "rows"]
-RATIO_COLUMNS = ["student", "rule", "tau", "mechanism", "versus", "ratio", "ratio_lo", "ratio_hi", "censored_lo",
-                 "censored_hi", "coincide"]
+# Each table's columns and their types (typed even where a sub-matrix has no dial and the table is empty)
+_S, _F, _B, _I = "str", "float64", "bool", "int64"
+EDGE_COLUMNS = {"student": _S, "mechanism": _S, "dial": _S, "rule": _S, "tau": _F, "D_edge": _F, "D_lo": _F, "D_hi": _F,
+                "censored_lo": _B, "censored_hi": _B, "edge_over_d0": _F, "edge_over_d0_lo": _F, "edge_over_d0_hi": _F,
+                "edge_over_kl0": _F, "edge_over_kl0_lo": _F, "edge_over_kl0_hi": _F, "d0": _F, "kl0": _F,
+                "n_rows": _I, "n_runs": _I, "D_min": _F, "D_max": _F, "share_above": _F, "share_below": _F, "rows": _S}
+RATIO_COLUMNS = {"student": _S, "rule": _S, "tau": _F, "mechanism": _S, "versus": _S, "ratio": _F, "ratio_lo": _F,
+                 "ratio_hi": _F, "censored_lo": _B, "censored_hi": _B, "coincide": _B}
+
+
+def typed(records, columns: dict) -> pd.DataFrame:
+    """A table of `records` with `columns` (name: type), typed also when empty."""
+    return pd.DataFrame(records, columns=list(columns)).astype(columns)
 
 
 class EdgeTables(NamedTuple):
@@ -245,4 +252,4 @@ def edge_tables(verdicts: pd.DataFrame, heldout: pd.DataFrame, rows, baseline: s
                     ratios.append({"student": student, "rule": rule, "tau": float(tau), "mechanism": m, "versus": b,
                                    "ratio": x.ratio, "ratio_lo": x.lo, "ratio_hi": x.hi, "censored_lo": x.censored_lo,
                                    "censored_hi": x.censored_hi, "coincide": x.coincide})
-    return EdgeTables(pd.DataFrame(edges, columns=EDGE_COLUMNS), pd.DataFrame(ratios, columns=RATIO_COLUMNS))
+    return EdgeTables(typed(edges, EDGE_COLUMNS), typed(ratios, RATIO_COLUMNS))

@@ -90,7 +90,7 @@ def guard_decision(guard: dict) -> GuardDecision:
     `guard`: additional_config's opd_guard as overrides.py writes it (the resolved guard's fields, the run
     folder, the run's steps and this attempt's log): it crosses into vLLM's worker as plain config."""
     d = logged_d_n(Path(guard["run_dir"]), Path(guard["log"]))
-    rule = Guard.of({f.name: guard[f.name] for f in dataclasses.fields(Guard)})
+    rule = Guard.of({f.name: guard[f.name] for f in dataclasses.fields(Guard) if f.name in guard})
     g = GuardState.of(rule, lag=GUARD_LAG, steps=int(guard["steps"]))
     for step in sorted(d):
         g.observe(step, d[step])
