@@ -540,7 +540,7 @@ def experiment(cfg: dict, name: str | None = None, out: str | None = None) -> Ex
     return checked_plan(e, out or results_dir(e.name)).experiment if e.adaptive else e
 
 
-EDGE_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",
+BISECTION_COLUMNS = ("edge", "student", "order", "value", "row", "n_seeds", "verdict", "delta", "ci_lo", "ci_hi", "D",
                 "lo_after", "hi_after", "D_lo_after", "D_hi_after", "stopped")
 
 
@@ -559,4 +559,4 @@ def edges_frame(plan: Plan) -> pd.DataFrame:
                         "ci_hi": s.ci_hi, "D": s.D, "lo_after": lo.value if lo else np.nan,
                         "hi_after": hi.value if hi else np.nan, "D_lo_after": lo.state.D if lo else np.nan,
                         "D_hi_after": hi.state.D if hi else np.nan, "stopped": x.stopped})
-    return pd.DataFrame(out, columns=list(EDGE_COLUMNS))
+    return pd.DataFrame(out, columns=list(BISECTION_COLUMNS))
