@@ -407,8 +407,8 @@ def row_errors(r: Row, matrix: list[Row], e: dict) -> list[tuple[str, str]]:
     if r.bf16_layers and not r.quantizes:
         out.append(("bf16_layers", "keeps layers in BF16 but the row quantizes nothing"))
     if "quant_alpha" in r.given and not r.quantizes:
-        out.append(("quant_alpha", "interpolates between the BF16 engine and the row's quantized one, but the row "
-                                   "quantizes nothing" + (" (noise_sigma is weight noise, not a quantization)"
+        out.append(("quant_alpha", "scales the row's quantization error (x_bf16 + quant_alpha (Q(x) - x_bf16)), but "
+                                   "the row quantizes nothing" + (" (noise_sigma is weight noise, not a quantization)"
                                                           if r.noise_sigma else "")
                     + "; give it weights, activations or kv_cache"))
     return out

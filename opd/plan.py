@@ -30,7 +30,7 @@ import pandas as pd
 
 from opd import calibration as cal
 from opd import stats
-from opd.rows import ENGINE_FIELDS, SEQUENTIAL, Row
+from opd.rows import ENGINE_FIELDS, QUANT_ALPHA_MAX, SEQUENTIAL, Row
 from opd.spec import Edge, Experiment, results_dir, run_id
 
 def memo_path(experiment: str) -> str:
@@ -71,9 +71,11 @@ class Dial(NamedTuple):
 
 
 # The dials an edge bisects (config schema's `field` enum lists the same): noise_sigma (fixed-direction weight noise,
-# or redrawn with fixed noise_redraw), quant_alpha (the row's quantization taken a fraction of the way from BF16: in
-# (0, 1], so a bisection never goes past 1) and staleness (an integer k >= 1; k = 0 is the synchronous engine)
-DIALS = {"noise_sigma": Dial(), "quant_alpha": Dial(hi=1.0, span="(0, 1]"),
+# or redrawn with fixed noise_redraw), quant_alpha (the row's quantization error scaled by alpha, x_bf16 +
+# alpha (Q(x) - x_bf16): below 1 towards BF16, above 1 the recipe's own error amplified; in (0, 16], so a recipe that
+# passes at alpha = 1 still has an edge to find beyond it) and staleness (an integer k >= 1; k = 0 is the synchronous
+# engine)
+DIALS = {"noise_sigma": Dial(), "quant_alpha": Dial(hi=QUANT_ALPHA_MAX, span=f"(0, {QUANT_ALPHA_MAX:g}]"),
          "staleness": Dial(integer=True, lo=1, span="the integers from 1 (0 is the synchronous engine)")}
 
 

@@ -151,9 +151,11 @@ def kv_attribution_cases(n_layers: int, parts=tuple(KV_PARTS)) -> list[tuple[str
 
 
 def interpolate(x: torch.Tensor, q: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """x + alpha (q - x) in x's dtype: a quantization `q` of `x` taken a fraction alpha of the way (a row's
-    `quant_alpha`). alpha = 1 returns `q` itself (the recipe bit for bit); below 1 the step is computed in FP32 and
-    cast to x's dtype once, so alpha -> 0 returns x cast to its own dtype (the unquantized engine's value)."""
+    """x + alpha (q - x) in x's dtype: the quantization error q - x of `x` scaled by alpha (a row's `quant_alpha`,
+    in (0, 16]): below 1 a fraction of the way from x to q, above 1 the same error (the same entries and signs)
+    amplified alpha times, past q. alpha = 1 returns `q` itself (the recipe bit for bit); otherwise the step is
+    computed in FP32 and cast to x's dtype once, so alpha -> 0 returns x cast to its own dtype (the unquantized
+    engine's value)."""
     if alpha == 1:
         return q
     xf = x.float()
@@ -163,8 +165,8 @@ def interpolate(x: torch.Tensor, q: torch.Tensor, alpha: float = 1.0) -> torch.T
 def engine_weights(state: dict, *, weights: str = "none", noise_sigma: float = 0.0, noise_seed: int = 0,
                    bf16_layers=(), n_layers: int, quant_alpha: float = 1.0) -> dict:
     """Apply a row's weight numerics to a state dict: fixed-direction noise on every tensor, then the
-    weight recipe on the 2-D projection weights of decoder layers not kept in BF16, taken `quant_alpha` of the
-    way from the (noised) weights to their quantization (interpolate; 1: the recipe as it is)."""
+    weight recipe on the 2-D projection weights of decoder layers not kept in BF16, its error against the (noised)
+    weights scaled by `quant_alpha` (interpolate; 1: the recipe as it is, below 1 shrunk, above 1 amplified)."""
     keep = resolve_layers(bf16_layers, n_layers)
     out = {}
     for name, w in state.items():

@@ -18,8 +18,11 @@ PLACEMENT_FIELDS = ("students", "seeds", "description", "baseline", "reference")
 # What a rollout engine is: its numerics and its staleness (whatever the algorithm or update variant).
 ENGINE_FIELDS = ("weights", "activations", "kv_cache", "bf16_layers", "quant_alpha", "staleness", "noise_sigma",
                  "noise_redraw")
-# The fields that quantize (a recipe of opd.recipes.RECIPES each): what quant_alpha interpolates towards.
+# The fields that quantize (a recipe of opd.recipes.RECIPES each): whose error Q(x) - x_bf16 quant_alpha scales.
 QUANT_FIELDS = ("weights", "activations", "kv_cache")
+# quant_alpha's range, (0, QUANT_ALPHA_MAX]: below 1 the recipes' error shrunk towards BF16, above 1 amplified (the
+# same entries and signs, alpha times larger); the row schema's `maximum` and opd.plan.DIALS say the same
+QUANT_ALPHA_MAX = 16.0
 
 
 def _unset(v) -> bool:
@@ -87,8 +90,9 @@ class Row:
     activations: str = "none"  # an activation recipe: the inputs of the quantized layers' linear layers
     kv_cache: str = "none"  # a KV-cache recipe of opd.recipes.RECIPES
     bf16_layers: tuple[int, ...] = ()  # decoder layers the recipes leave in BF16 (negative: from the end)
-    # the recipes' dial: every quantization becomes x_bf16 + quant_alpha (Q(x) - x_bf16) (1: the recipes as they are;
-    # towards 0: the BF16 engine; tiny backend only)
+    # the recipes' dial, in (0, 16]: every quantization becomes x_bf16 + quant_alpha (Q(x) - x_bf16), the recipes'
+    # own error scaled (1: the recipes as they are; towards 0: the BF16 engine; above 1: the same error amplified;
+    # tiny backend only)
     quant_alpha: float = 1.0
     staleness: int = 0  # k: the batch of update n is sampled by policy version n - k
     noise_sigma: float = 0.0  # fixed-direction Gaussian weight noise, relative to each tensor's RMS
@@ -270,7 +274,8 @@ def mechanism(row: Row, rows=(), *, lr: float | None = None) -> str | None:
     - STALENESS: staleness > 0 only, at the experiment's lr, against the baseline; STALENESS_AT + f"{lr:g}": the same
       at the row's own lr, against its own reference (the k = 0 row at that lr);
     - QUANT_ALPHA + "<weights>/<activations>/<kv_cache>": a recipe alone (no BF16 layers, staleness or noise) with
-      quant_alpha < 1, or at quant_alpha = 1 where a row of the same recipe has quant_alpha < 1.
+      quant_alpha != 1 (shrunk below 1, amplified above), or at quant_alpha = 1 where a row of the same recipe has
+      quant_alpha != 1.
     The baseline, reference rows at k = 0, BF16 layers, combinations, guards, update variants, speculative decoding
     and RL are on no dial: None."""
     if not row.is_plain_opd or row.baseline or row.bf16_layers or row.speculative:
@@ -287,8 +292,8 @@ def mechanism(row: Row, rows=(), *, lr: float | None = None) -> str | None:
         return STALENESS
     if numerics and not noise and not stale:
         alpha = row.quant_alpha
-        scaled = alpha < 1 or (alpha == 1 and any(
-            r.quant_alpha < 1 and _recipe(r) == _recipe(row) and mechanism(r, (), lr=lr) for r in rows))
+        scaled = alpha != 1 or any(
+            r.quant_alpha != 1 and _recipe(r) == _recipe(row) and mechanism(r, (), lr=lr) for r in rows)
         return f"{QUANT_ALPHA}{'/'.join(_recipe(row))}" if scaled else None
     return None
 

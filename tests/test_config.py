@@ -2,6 +2,7 @@
 import copy
 
 import pytest
+import yaml
 
 from opd import config as C
 from opd import stats
@@ -398,29 +399,50 @@ def test_a_bootstrap_too_large_to_compute_is_refused_naming_its_field(toy_config
 
 
 def test_quant_alpha_is_checked_naming_row_and_field_and_refused_on_verl(toy_config):
-    """quant_alpha dials the row's quantization between BF16 (towards 0) and the recipes (1): in (0, 1], on a row
-    that quantizes something (not a noise-only row), and only on the tiny backend."""
+    """quant_alpha scales the row's quantization error, from BF16 (towards 0) through the recipes (1) to the same
+    error amplified (above 1): in (0, 16], on a row that quantizes something (not a noise-only row), and only on the
+    tiny backend."""
     toy = rows(toy_config)
     toy.append({"name": "w4a4-a25", "weights": "nvfp4", "activations": "nvfp4", "quant_alpha": 0.25})
     C.validate(toy_config)
     n = len(toy)
-    for bad, message in ((0, "0 is less than or equal to the minimum of 0"),
-                         (1.5, "1.5 is greater than the maximum of 1"), ("half", "'half' is not of type 'number'")):
+    for good in (1.5, 2, 16):  # an amplified error: up to the dial's end
+        toy[-1]["quant_alpha"] = good
+        C.validate(toy_config)
+    for bad, message in ((0, "0 is less than or equal to the minimum of 0"), (-0.5, "-0.5 is less than or equal to "
+                         "the minimum of 0"), (16.5, "16.5 is greater than the maximum of 16"),
+                         (100, "100 is greater than the maximum of 16"), ("half", "'half' is not of type 'number'")):
         toy[-1]["quant_alpha"] = bad
         assert f"experiment 'toy', row {n} ('w4a4-a25'), field 'quant_alpha': {message}" in err(toy_config)
     toy[-1] = {"name": "noise-a", "noise_sigma": 0.1, "quant_alpha": 0.5}
-    assert (f"experiment 'toy', row {n} ('noise-a'), field 'quant_alpha': interpolates between the BF16 engine and "
-            f"the row's quantized one, but the row quantizes nothing (noise_sigma is weight noise") in err(toy_config)
+    assert (f"experiment 'toy', row {n} ('noise-a'), field 'quant_alpha': scales the row's quantization error "
+            f"(x_bf16 + quant_alpha (Q(x) - x_bf16)), but the row quantizes nothing (noise_sigma is weight noise"
+            ) in err(toy_config)
     toy[-1] = {"name": "plain-a", "quant_alpha": 1}  # even at 1: it says nothing without a quantization
-    assert f"row {n} ('plain-a'), field 'quant_alpha': interpolates" in err(toy_config)
+    assert f"row {n} ('plain-a'), field 'quant_alpha': scales" in err(toy_config)
     toy.pop()
     paper = toy_config["experiments"]["paper"]["rows"]
     paper.append({"name": "kv-a50", "kv_cache": "fp8_e4m3", "quant_alpha": 0.5})
     m = err(toy_config)
     assert (f"experiment 'paper', row {len(paper)} ('kv-a50'), field 'quant_alpha': verl backend: 0.5 asks for an "
             f"engine between the BF16 one and the row's quantized one") in m and "tiny backend only" in m
+    paper[-1]["quant_alpha"] = 2.0  # an amplified error: refused too, said as what it is
+    m = err(toy_config)
+    assert (f"experiment 'paper', row {len(paper)} ('kv-a50'), field 'quant_alpha': verl backend: 2 asks for an "
+            f"engine beyond the row's quantized one (its quantization error amplified 2 times)") in m
+    assert "between the BF16 one" not in m and "tiny backend only" in m
     paper[-1]["quant_alpha"] = 1.0  # the recipes as they are: verl runs them
     C.validate(toy_config)
+
+
+def test_quant_alpha_has_one_range_in_the_schema_the_row_and_the_dial(toy_config):
+    """(0, 16]: the row schema's bounds, opd.rows.QUANT_ALPHA_MAX and the bisected dial's range say the same."""
+    from opd import plan as P
+    from opd.rows import QUANT_ALPHA_MAX
+    node = yaml.safe_load(C.SCHEMA.read_text())["$defs"]["row"]["properties"]["quant_alpha"]
+    assert (node["exclusiveMinimum"], node["maximum"]) == (0, QUANT_ALPHA_MAX) == (P.DIALS["quant_alpha"].lo,
+                                                                                  P.DIALS["quant_alpha"].hi)
+    assert P.DIALS["quant_alpha"].span == "(0, 16]" and "in (0, 16]" in node["description"]
 
 
 def test_quant_alpha_is_a_row_field_that_changes_no_existing_row(toy_config):

@@ -46,6 +46,19 @@ def test_a_scaled_recipe_is_a_dial_with_its_full_strength_row():
     assert mechanism(Row("nvfp4", weights="nvfp4"), rows, lr=1e-4) == got["nvfp4"]  # alpha 1, the field unwritten
 
 
+def test_an_amplified_recipe_is_on_the_same_dial_as_its_scaled_down_and_full_strength_rows():
+    """quant_alpha > 1 (the recipe's own error amplified) lies on the recipe's alpha dial as alpha < 1 does, and
+    puts the recipe's alpha = 1 row on it too, where no row below 1 does; BF16 layers still put a row on no dial."""
+    rows = [Row("kv", kv_cache="fp8_e4m3"), Row("kv-a2", kv_cache="fp8_e4m3", quant_alpha=2.0),
+            Row("kv-a16", kv_cache="fp8_e4m3", quant_alpha=16.0), Row("w", weights="nvfp4"),
+            Row("kv-a4-l0", kv_cache="fp8_e4m3", quant_alpha=4.0, bf16_layers=(0,))]
+    got = {r.name: mechanism(r, rows, lr=1e-4) for r in rows}
+    assert got == {"kv": "alpha:none/none/fp8_e4m3", "kv-a2": "alpha:none/none/fp8_e4m3",
+                   "kv-a16": "alpha:none/none/fp8_e4m3", "w": None, "kv-a4-l0": None}
+    assert [dial_value(r, got["kv"]) for r in rows[:3]] == [1.0, 2.0, 16.0]
+    assert mechanism(rows[0], [rows[0], rows[-1]], lr=1e-4) is None  # only an off-dial row scales it
+
+
 # ---------------------------------------------------------------- isotonic crossing
 
 def test_isotonic_pools_adjacent_violators():

@@ -268,15 +268,36 @@ def test_a_quant_alpha_edge_bisects_inside_0_1_on_rows_that_carry_its_fixed_fiel
     assert [r.name for r in P.axis_rows(plans[-1].experiment, plans[-1].experiment.edges[0])] == ["bf16"]
 
 
-def test_a_quant_alpha_edge_passing_everywhere_stops_at_1(toy_config):
+def test_a_quant_alpha_edge_passing_everywhere_goes_past_1_and_stops_at_16(toy_config):
+    """Past alpha = 1 the recipe's error is amplified: a recipe that passes as it is has its edge looked for beyond
+    it, by the bracket's ratio, up to the dial's end (16), where it stops (`range`)."""
     e = experiment(toy_config, edges=[{**ALPHA, "bracket": [0.1, 0.5]}],
                    rows=[{"name": "grid-w4a4", "weights": "nvfp4", "activations": "nvfp4"},
                          {"name": "other", "weights": "nvfp4"}])
     end = calibrate(e, World(lambda r: 0.0, run_sd=0.01, D_of=lambda r: 0.001 + 0.01 * r.quant_alpha))[-1]
     x = end.edges[0]
-    assert [s.value for s in x.steps] == [0.1, 0.5, 1.0] and x.stopped == "range" and np.isnan(x.hi)
+    assert [s.value for s in x.steps] == [0.1, 0.5, 2.5, 12.5, 16.0] and x.stopped == "range" and np.isnan(x.hi)
+    assert x.lo == 16.0 and [s.row.name for s in x.steps][2:] == ["w4a4-2p5", "w4a4-12p5", "w4a4-16"]
     # the grid it is read against: the same recipes (at quant_alpha 1), not another engine
     assert [r.name for r in P.axis_rows(end.experiment, end.experiment.edges[0])] == ["bf16", "grid-w4a4"]
+
+
+def test_a_quant_alpha_edge_passing_at_1_and_2_extends_its_hi_side_past_them(toy_config):
+    """A bracket [1, 2] (an amplified error at 2) whose two rows both pass: the edge lies above, so the next value is
+    4 (the bracket's ratio), the bisection's frontier; every row of it lies on the recipe's alpha dial, the alpha = 1
+    row too (opd.rows.mechanism: a row of the same recipe has alpha != 1), so edges.parquet reads them all."""
+    from opd.rows import mechanism
+    e = experiment(toy_config, edges=[{**ALPHA, "bracket": [1, 2]}])
+    world = World(lambda r: 0.0, run_sd=0.01, D_of=lambda r: 0.001 + 0.01 * r.quant_alpha)
+    first = P.planned(e, world.given())
+    assert [s.value for s in first.edges[0].steps] == [1.0, 2.0] and first.edges[0].stopped is None
+    world.train(first)  # the bracket's ends: both pass
+    x = P.planned(e, world.given()).edges[0]
+    assert [s.value for s in x.steps] == [1.0, 2.0, 4.0] and [s.state.verdict for s in x.steps[:2]] == ["pass"] * 2
+    assert not x.steps[2].state.decided and x.stopped is None  # 4 is what the next round trains
+    assert x.lo == 2.0 and np.isnan(x.hi) and x.steps[2].row.name == "w4a4-4" and x.steps[2].row.quant_alpha == 4.0
+    rows = [s.row for s in x.steps]
+    assert {mechanism(r, rows) for r in rows} == {"alpha:nvfp4/nvfp4/none"}
 
 
 def test_a_redrawn_noise_edge_is_read_against_the_redrawn_grid(toy_config):
@@ -382,11 +403,13 @@ def test_a_diverged_value_fails(toy_config):
     # the dials and their fixed fields
     (lambda e: e.update(edges=[{**STALE, "bracket": [1, 2.5]}]),
      "edge 1 ('stale'), field 'bracket': [1, 2.5]: staleness is an integer dial"),
-    (lambda e: e.update(edges=[{**ALPHA, "bracket": [0.5, 2]}]),
-     "edge 1 ('w4a4'), field 'bracket': [0.5, 2] leaves quant_alpha's range, (0, 1]"),
+    (lambda e: e.update(edges=[{**ALPHA, "bracket": [0.5, 20]}]),
+     "edge 1 ('w4a4'), field 'bracket': [0.5, 20] leaves quant_alpha's range, (0, 16]"),
+    (lambda e: e.update(edges=[{**ALPHA, "bracket": [0, 2]}]),
+     "experiment 'toy', field 'edges.0.bracket.0': 0 is less than or equal to the minimum of 0"),  # the schema's
     (lambda e: e.update(edges=[{**ALPHA, "fixed": {"noise_sigma": 0.1}}]),
-     "edge 1 ('w4a4'), field 'fixed': quant_alpha interpolates between the BF16 engine and the row's quantized one, "
-     "but the row quantizes nothing (noise_sigma is weight noise"),
+     "edge 1 ('w4a4'), field 'fixed': quant_alpha scales the row's quantization error (x_bf16 + quant_alpha "
+     "(Q(x) - x_bf16)), but the row quantizes nothing (noise_sigma is weight noise"),
     (lambda e: e.update(edges=[{**EDGE, "fixed": {"noise_sigma": 0.1}}]),
      "edge 1 ('edge'), field 'fixed.noise_sigma': the edge's own field"),
     (lambda e: e.update(edges=[{**EDGE, "fixed": {"seeds": [0]}}]),
@@ -398,7 +421,7 @@ def test_a_diverged_value_fails(toy_config):
     (lambda e: e.update(edges=[{**STALE, "fixed": {"noise_redraw": True}}]),
      "edge 1 ('stale'), field 'fixed.noise_redraw': redraws the noise direction but the row has no noise_sigma"),
     (lambda e: e.update(edges=[{**EDGE, "fixed": {"quant_alpha": 0.5}}]),
-     "edge 1 ('edge'), field 'fixed.quant_alpha': interpolates between the BF16 engine and the row's quantized one"),
+     "edge 1 ('edge'), field 'fixed.quant_alpha': scales the row's quantization error"),
     (lambda e: e.update(edges=[{**ALPHA, "fixed": {"kv_cache": "fp8_e4m3", "bf16_layers": [0, 1]}}]),
      "edge 1 ('w4a4'), field 'fixed.bf16_layers': keeps every layer of student 'qwen-s' in BF16"),
     (lambda e: e.update(edges=[{**STALE, "fixed": {"variant": "tis"}}]),

@@ -186,6 +186,26 @@ def test_interpolate_takes_a_fraction_of_the_quantization_and_alpha_1_is_the_rec
     assert torch.equal(half["model.layers.0.input_layernorm.weight"], state["model.layers.0.input_layernorm.weight"])
 
 
+def test_interpolate_above_1_amplifies_the_recipes_own_error():
+    """alpha > 1: the quantization error q - x itself, the same entries and signs, alpha times larger (past q)."""
+    x = torch.randn(64, 64)
+    q = quant.nvfp4(x)
+    two = quant.interpolate(x, q, 2.0)
+    assert two.dtype == x.dtype and torch.allclose(two, x + 2 * (q - x)) and torch.allclose(two - x, 2 * (q - x))
+    moved = q != x
+    assert moved.any() and torch.equal(torch.sign(two - x)[moved], torch.sign(q - x)[moved])
+    assert torch.equal(two[~moved], x[~moved])  # an entry the recipe leaves exact stays exact
+    assert torch.allclose(quant.interpolate(x, q, 16.0), x + 16 * (q - x))
+    bf = x.to(torch.bfloat16)  # in BF16: computed in FP32, cast once
+    assert torch.equal(quant.interpolate(bf, q.to(torch.bfloat16), 2.0),
+                       (bf.float() + 2 * (q.to(torch.bfloat16).float() - bf.float())).to(torch.bfloat16))
+    state = {"model.layers.0.self_attn.q_proj.weight": x}
+    w = "model.layers.0.self_attn.q_proj.weight"
+    full = quant.engine_weights(state, weights="nvfp4", n_layers=1)
+    double = quant.engine_weights(state, weights="nvfp4", n_layers=1, quant_alpha=2.0)
+    assert torch.allclose(double[w], 2 * full[w] - x)
+
+
 # ---------------------------------------------------------------- quant_alpha in the tiny engine
 
 ALPHA_ENGINE = {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "fp8_e5m2"}
@@ -245,19 +265,36 @@ def test_quant_alpha_1_is_the_quantized_engine_bit_for_bit(tiny_model):
         KVCache.bytes_per_sequence(cfg, 8, Numerics())
 
 
+def test_an_amplified_kv_cache_is_stored_in_bf16_with_its_fp8_error_scaled(tiny_model):
+    """quant_alpha > 1 on the KV cache: FP8 cannot hold x + alpha (FP8(x) - x), so each quantized layer stores it in
+    the engine dtype (as below 1: no memory saved), each key and value its FP8 rounding error times alpha."""
+    from opd.backends.tiny.engine import KVCache, Numerics
+    from opd.quant import FP8_FORMATS
+    cfg, *_ = tiny_model
+    n = Numerics(kv_cache="fp8_e5m2", quant_alpha=2.0)
+    cache = KVCache(cfg, 1, 4, n)
+    assert all(t.dtype == torch.bfloat16 for t in cache.k + cache.v)
+    assert KVCache.bytes_per_sequence(cfg, 8, n) == KVCache.bytes_per_sequence(cfg, 8, Numerics())
+    k = torch.randn(1, cfg.n_kv_heads, 2, cfg.head_dim, dtype=torch.bfloat16)
+    got, _ = cache.append(0, k, k)
+    assert cache.fmt_k[0] == "e5m2"
+    fp8 = k.to(FP8_FORMATS["e5m2"]).to(torch.bfloat16).float()
+    assert torch.equal(got, (k.float() + 2 * (fp8 - k.float())).to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("numerics", [{"weights": "nvfp4"}, {"activations": "nvfp4"}, {"kv_cache": "fp8_e5m2"},
                                       {"activations": "fp8_static"}, ALPHA_ENGINE])
 def test_quant_alpha_moves_each_mechanism_from_bf16_towards_the_recipe(tiny_model, numerics):
-    """On a fixed batch, the engine's log-probs at quant_alpha lie between the BF16 engine's and the recipe's: their
-    distance from BF16's grows with alpha, and is near 0 at a small alpha."""
+    """On a fixed batch, the engine's log-probs at quant_alpha < 1 lie between the BF16 engine's and the recipe's:
+    their distance from BF16's grows with alpha, is near 0 at a small alpha, and grows on past the recipe (alpha 2)."""
     from opd.backends.tiny.probes import engine_logq
     cfg, model, roll, _ = tiny_model
     ref = engine_logq(_engine(cfg, model), roll)
 
     def dist(alpha):
         return float((engine_logq(_engine(cfg, model, **numerics, quant_alpha=alpha), roll) - ref).abs()[roll.mask].mean())
-    d = [dist(a) for a in (1e-3, 0.25, 0.5, 1.0)]
-    assert d[0] < 0.2 * d[1] and d[1] < d[2] < d[3], d
+    d = [dist(a) for a in (1e-3, 0.25, 0.5, 1.0, 2.0)]
+    assert d[0] < 0.2 * d[1] and d[1] < d[2] < d[3] < d[4], d  # and past the recipe at 2: its error amplified
 
 
 def test_quant_alpha_lowers_the_in_training_mismatch(tiny_model):

@@ -42,8 +42,9 @@ class Numerics:
     noise_seed: int = 0
     noise_redraw: bool = False  # a new noise direction at every step: noise_seed_at(step) instead of noise_seed
     kv_parts: str = "kv"  # what the kv_cache recipe stores in FP8: keys and values, "k" or "v" only (opd.quant.KV_PARTS)
-    # every quantization above (weights, activations, KV cache) taken this fraction of the way from the BF16 engine's
-    # value: x_bf16 + quant_alpha (Q(x) - x_bf16) (opd.quant.interpolate; 1: the recipes bit for bit)
+    # every quantization above (weights, activations, KV cache) with its error against the BF16 engine's value scaled:
+    # x_bf16 + quant_alpha (Q(x) - x_bf16), in (0, 16] (opd.quant.interpolate; 1: the recipes bit for bit; below 1
+    # shrunk towards BF16; above 1 the same error amplified)
     quant_alpha: float = 1.0
 
     @classmethod
@@ -66,8 +67,9 @@ class ActivationQuant:
     BF16 (forward pre-hooks on the engine's own model; the lm_head and layers kept BF16 see BF16
     inputs). A calibrated recipe (static scales) first records each input's amax over a calibration
     batch, once, with the weights of its first load, and keeps those scales at every later weight sync,
-    as a checkpoint's static input scales stay fixed while RL syncs new weights. With `quant_alpha` below 1 each
-    input is taken that fraction of the way from its BF16 value to its quantization (opd.quant.interpolate)."""
+    as a checkpoint's static input scales stay fixed while RL syncs new weights. With `quant_alpha` other than 1 each
+    input becomes x + alpha (Q(x) - x), its quantization error scaled: below 1 a fraction of the way from its BF16
+    value to its quantization, above 1 the same error amplified (opd.quant.interpolate)."""
 
     def __init__(self, model: Decoder, numerics: "Numerics", calibration: Callable[[], torch.Tensor] | None):
         self.recipe = recipe("activations", numerics.activations)
@@ -113,9 +115,10 @@ class KVCache:
     """Per-layer key/value storage. Layers with an FP8 recipe store float8 tensors (half the bytes of
     BF16), cast saturating with scale 1.0 as vLLM does without calibrated scales; others store the
     engine dtype. `numerics.kv_parts` quantizes keys and values, or only one of them (the attribution's
-    keys-only and values-only cases). With `numerics.quant_alpha` below 1 a quantized layer stores, in the engine
-    dtype, each key or value taken that fraction of the way from its BF16 value to its FP8 one
-    (opd.quant.interpolate): an emulation, with no FP8 storage and so no memory saved."""
+    keys-only and values-only cases). With `numerics.quant_alpha` other than 1 (below or above) a quantized layer
+    stores, in the engine dtype, each key or value with its FP8 rounding error scaled, x + alpha (FP8(x) - x)
+    (opd.quant.interpolate; above 1 the error amplified, which FP8 could not hold exactly): an emulation, with no
+    FP8 storage and so no memory saved."""
 
     def __init__(self, cfg: ModelConfig, batch: int, max_len: int, numerics: Numerics):
         self.fmt_k, self.fmt_v = self.formats(cfg, numerics)
@@ -129,7 +132,7 @@ class KVCache:
     @staticmethod
     def stored_dtype(f, numerics: Numerics) -> torch.dtype:
         """What a layer's keys or values are stored as: their FP8 format `f` (None: the engine dtype); the engine
-        dtype where quant_alpha interpolates them."""
+        dtype where quant_alpha (any value but 1) scales their error."""
         return FP8_FORMATS[f] if f and numerics.quant_alpha == 1 else numerics.dtype
 
     @staticmethod

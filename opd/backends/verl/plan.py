@@ -135,10 +135,12 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"kv_cache: vLLM has no native form of {r.kv_cache!r} (opd.recipes.RECIPES gives it no vllm "
                    f"arguments), and the weight-sync hook changes weights only")
     if r.quant_alpha != 1:
-        out.append(f"quant_alpha: {r.quant_alpha:g} asks for an engine between the BF16 one and the row's quantized one, "
-                   f"and verl's engine has none: vLLM runs its quantized kernels and FP8 KV cache as they are, and the "
-                   f"weight-sync hook applies the recipe itself (opd.quant.engine_weights at quant_alpha 1); an "
-                   f"interpolated engine is built for the tiny backend only: use it, or quant_alpha 1")
+        where = ("between the BF16 one and the row's quantized one" if r.quant_alpha < 1 else
+                 f"beyond the row's quantized one (its quantization error amplified {r.quant_alpha:g} times)")
+        out.append(f"quant_alpha: {r.quant_alpha:g} asks for an engine {where}, and verl's engine has none: vLLM runs "
+                   f"its quantized kernels and FP8 KV cache as they are, and the weight-sync hook applies the recipe "
+                   f"itself (opd.quant.engine_weights at quant_alpha 1); an engine with the recipes' error scaled "
+                   f"(opd.quant.interpolate) is built for the tiny backend only: use it, or quant_alpha 1")
     if r.noise_redraw:
         out.append("noise_redraw: the weight-sync hook draws the noise direction from the run's seed alone, once per "
                    "run (opd.backends.verl.hook); a direction per step is built for the tiny backend only")
