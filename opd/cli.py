@@ -208,7 +208,8 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
                   f"stopping", file=sys.stderr)
             return 1
         print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
-        if subprocess.run(["snakemake", *args, "plan_round"]).returncode != 0:  # rule plan_round: p.pending
+        if subprocess.run(["snakemake", "plan_round", *args]).returncode != 0:  # rule plan_round: p.pending (the
+            # target before the arguments: after --config, Snakemake would read it as one more name=value)
             print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
                   file=sys.stderr)
             return 1
