@@ -300,3 +300,43 @@ def test_the_scorecard_table_has_one_line_per_claim():
     assert [c.key for c in S.one_test(cs)] == ["budget"]
     unresolved = [S.replace(c, verdict=S.UNRESOLVED) for c in cs]  # folded only where both disagree
     assert S.one_test(unresolved) == unresolved
+
+
+# ---------------------------------------------------------------- the regime's three predictions
+
+def regime_steps(h_by_student):
+    """Baseline steps whose token entropy per student is h (two runs, two steps each, unequal token counts)."""
+    rows = []
+    for s, h in h_by_student.items():
+        for run in (0, 1):
+            for step, (ent, tok) in enumerate(((h * 0.5, 10), (h * 1.5 + (h / 30 if run else -h / 30), 10))):
+                rows.append({"config": "bf16", "student": s, "run_id": f"bf16.{s}.s{run}", "step": step, "d_n": 0.0,
+                             "entropy": ent, "n_tokens": tok})
+    rows.append({"config": "other", "student": "a", "run_id": "x", "step": 0, "d_n": 1.0, "entropy": 9.0,
+                 "n_tokens": 5})
+    return pd.DataFrame(rows)
+
+
+def test_the_regime_judges_each_prediction_on_the_interval():
+    steps = regime_steps({"a": 0.1, "b": 0.2})
+    assert S.token_entropy(steps, "bf16").round(12).to_dict() == {"a": 0.1, "b": 0.2}  # the other row is not read
+    # a: D(0) 1e-5 over H 0.1 = 1e-4; b: 2.2e-5 over 0.2 = 1.1e-4 (5% from their mean)
+    edges = pd.DataFrame([edge_row("a", "noise_fixed", 0.004, 0.002, 0.006, d0=1e-5, kl0=0.1),
+                          edge_row("b", "noise_fixed", 0.005, 0.003, 0.008, d0=2.2e-5, kl0=0.1),
+                          edge_row("a", "noise_fixed", 0.5, 0.4, 0.6, d0=1e-5, kl0=0.1, rule="paper")])
+    r = S.regime(steps, edges, "bf16")
+    assert r.students == ("a", "b") and np.allclose(r.d0_over_h, (1e-4, 1.1e-4))
+    assert r.deviation == pytest.approx(0.05 / 1.05)
+    # (b) a: [200, 600]x inside 115-980; b: [136, 364]x inside: holds. (c) a [2%, 6%], b [3%, 8%] < 20%: holds
+    assert r.states == ("holds", "holds", "holds")
+    wide = pd.DataFrame([edge_row("a", "noise_fixed", 0.004, 0.0005, 0.05, d0=1e-5, kl0=0.1),
+                         edge_row("b", "noise_fixed", 0.05, 0.03, 0.08, d0=2.2e-5, kl0=0.1)])
+    # a's interval [50, 5000]x straddles the band (undecided), b's [1364, 3636]x lies above it (fails): fails;
+    # (c) a [0.5%, 50%] straddles 20%, b [30%, 80%] above it: fails
+    assert S.regime(steps, wide, "bf16").states == ("holds", "fails", "fails")
+    far = regime_steps({"a": 0.1, "b": 0.05})  # b's D(0) / H is 4.4x a's
+    assert S.regime(far, edges, "bf16").states[0] == "fails"
+    text = r.sentence()
+    assert "(a) D(0) / H: a 0.0001, b 0.00011" in text and "(b) Fixed-noise edge / D(0): a 400x [200, 600]" in text
+    assert text.endswith("(band < 20%): holds.") and len(text) <= 600
+    assert S.regime(steps.assign(entropy=np.nan), edges, "bf16") is None  # runs without the entropy column's values

@@ -285,7 +285,7 @@ def findings_inputs(w):
     the gradient probes where the experiment (and, for `snakemake figures`, the results that exist) has them."""
     s = scope()
     files = {k: ANALYSIS_FILES[k] for k in ("verdicts", "budget", "noise", "null_deltas", "staleness_lr", "heldout",
-                                            "rl", "rows", "edge", "decides", "draws", "edges", "edge_ratios")}
+                                            "rl", "rows", "edge", "decides", "draws", "edges", "edge_ratios", "steps")}
     files["admission_summary"] = ANALYSIS_FILES["admission_summary.json"]
     if KV_STUDENTS and s.all_in(MEASURED["kv_attribution"]):
         files["kv_attribution"] = ANALYSIS_FILES["kv_attribution"]

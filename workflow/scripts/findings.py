@@ -25,7 +25,8 @@ def main(inp, out, params):
                     draws=store.read_table(inp.draws) if hasattr(inp, "draws") else None,
                     student_specs=getattr(params, "students", None),
                     edges=store.read_table(inp.edges) if hasattr(inp, "edges") else None,
-                    edge_ratios=store.read_table(inp.edge_ratios) if hasattr(inp, "edge_ratios") else None)
+                    edge_ratios=store.read_table(inp.edge_ratios) if hasattr(inp, "edge_ratios") else None,
+                    steps=store.read_table(inp.steps))
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 
