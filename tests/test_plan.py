@@ -455,7 +455,8 @@ def small_edge(c):
                    "students": ["qwen-s"]}]
 
 
-def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
+def test_a_bisected_edge_runs_round_by_round_through_snakemake(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     edit_config(clone, small_edge)
     first = planned_runs(planned(clone, "analysis"))
     assert first == {"bf16.qwen-s.s0", "bf16.qwen-s.s1", "bf16.qwen-s.s2", "edge-0p05.qwen-s.s0", "edge-0p2.qwen-s.s0"}
