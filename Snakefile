@@ -1,5 +1,6 @@
 # opd-budget: the paper "How Much Training-Inference Mismatch Can On-Policy Distillation Tolerate?"
-# as a DAG. `snakemake -c 2` builds the toy experiment on a CPU; `snakemake --profile slurm` the paper.
+# as a DAG. `snakemake -c 2` builds config.yaml's `experiment` (the default, on a CPU; `--config experiment=NAME`
+# another); `snakemake --profile slurm` the paper.
 from opd import config as C
 
 # a YAML syntax error names the file, line and column (Snakemake's own says neither)

@@ -4,7 +4,8 @@
    against scipy.stats.bootstrap run per configuration on the same data: both times, the ratio and the
    largest difference between the intervals. Goal: >= 20x faster, same intervals within Monte-Carlo error.
 2. Noise sizes: opd.calibration.measure_noise on the committed toy results (results/toy/analysis/
-   heldout.parquet, each run's final evaluation: not committed, `snakemake -c 2` builds it from the runs), per student. tests/test_stats.py's coverage tests use the
+   heldout.parquet, each run's final evaluation: not committed, `snakemake -c 2 --config experiment=toy` builds it
+   from the runs), per student. tests/test_stats.py's coverage tests use the
    numbers this prints (constants there, with this file named as their source).
 3. Coverage of stats.seed_bootstrap's nominal 95% interval over simulated comparisons at those sizes
    (opd.calibration.simulate): 1, 3, 5 candidate seeds against 8, candidates 1x to 4x noisier than the

@@ -1,6 +1,6 @@
 """Calibrating a budget for a fraction of the runs, measured on the committed toy (reads results/toy and
-config.yaml only; trains nothing; run `snakemake -c 2` first: it builds results/toy/analysis/heldout.parquet
-from the committed runs).
+config.yaml only; trains nothing; run `snakemake -c 2 --config experiment=toy` first: it builds
+results/toy/analysis/heldout.parquet from the committed runs).
 
 Sequential seeds (opd.calibration.SequentialRule): each OPD row starts with one seed, the fewest the
 seed-aware rule allows against the baseline's 8, and gets the next seed (0, 1, 2, ... in order) only while

@@ -7,7 +7,7 @@ from-scratch regeneration (the other training jobs keep every core busy while th
 60 s on 2 cores.
 
 Run: python benchmarks/probes.py [--cores 2] [--runs N]   (reads the probed runs' job specs the DAG wrote:
-results/toy/_jobs/train/*.json with "probes"; `snakemake -n` writes them)"""
+results/toy/_jobs/train/*.json with "probes"; `snakemake -n --config experiment=toy` writes them)"""
 import argparse
 import os
 import tempfile
@@ -33,7 +33,8 @@ def main():
     files = sorted((ROOT / "results/toy/_jobs/train").glob("*.json"))
     specs = [s for s in (TrainSpec.from_json(store.read_json(p)) for p in files) if s.probes and s.run_id in current]
     if not specs:
-        raise SystemExit("no probed run's job spec under results/toy/_jobs/train/: run `snakemake -n` first")
+        raise SystemExit("no probed run's job spec under results/toy/_jobs/train/: run "
+                         "`snakemake -n --config experiment=toy` first")
     specs = specs[:args.runs] if args.runs else specs
     probe = specs[0].probes
     print(f"{len(specs)} probed runs x steps {list(probe.steps)}, {probe.prompts} prompts x {probe.responses} "

@@ -158,7 +158,8 @@ def pipeline():
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--against", metavar="REV", help="also measure git revision REV's package and print ratios")
-    p.add_argument("--pipeline", action="store_true", help="also time the whole toy pipeline from scratch")
+    p.add_argument("--pipeline", action="store_true",
+                   help="also time the whole default pipeline (config.yaml's experiment) from scratch")
     p.add_argument("--toy", action="store_true",
                    help="measure at the toy experiment's own settings (config.yaml) instead of the fixed 8 x 8 ones")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # used by --against

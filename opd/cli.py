@@ -187,11 +187,11 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
     from opd import plan
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment or cfg["experiment"]
-    args = [a for a in snakemake_args if a != "--"]
-    if config_path:
-        args += ["--configfile", str(config_path)]
+    given = [a for a in snakemake_args if a != "--"]
+    ours = ["--configfile", str(config_path)] if config_path else []
     if experiment:
-        args += ["--config", f"experiment={experiment}"]
+        ours += ["--config", f"experiment={experiment}"]
+    args = given + ours
     before = None
     for round_ in range(1, max_rounds + 1):
         p = plan.checked_plan(Experiment.of(cfg, exp), results_dir(exp))  # the plan the DAG will build
@@ -208,8 +208,10 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
                   f"stopping", file=sys.stderr)
             return 1
         print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
-        if subprocess.run(["snakemake", "plan_round", *args]).returncode != 0:  # rule plan_round: p.pending (the
-            # target before the arguments: after --config, Snakemake would read it as one more name=value)
+        # rule plan_round: p.pending. The target after the given arguments, beside any target they name (Snakemake
+        # reads its targets as one run of words: `plan_round -c 2 analysis` is refused), and before calibrate's own
+        # --configfile and --config, which would read it as one more file or name=value
+        if subprocess.run(["snakemake", *given, "plan_round", *ours]).returncode != 0:
             print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
                   file=sys.stderr)
             return 1

@@ -48,7 +48,24 @@ def copy_clone(src: Path, dest: Path) -> Path:
 # after one `snakemake -n` (its caches under .snakemake/opd warm: the same results and file times, so it plans as
 # a fresh clone does, in seconds); built, a copy of that after `snakemake -c 2` (everything up to date). Tests that
 # only read use them as they are; a test that edits or runs jobs gets a copy (fresh_clone, clone, built_clone).
+# dry_run and built are of the default experiment (config.yaml's `experiment`); toy_dry_run is dry_run's twin for
+# the toy experiment (TOY: its study matrix and committed results), whose tests edit and run in toy_clone.
 NO_TORCH_SNAKEMAKE = "import sys; sys.modules['torch'] = None; from snakemake.cli import main; main(sys.argv[1:])"
+TOY = "toy"  # the experiment of the toy's rows, settings and committed results/toy, figures/toy (not the default)
+
+
+def default_experiment(root: Path = ROOT) -> str:
+    """config.yaml's `experiment`: what `snakemake` builds without --config experiment=NAME."""
+    return yaml.safe_load((root / "config.yaml").read_text())["experiment"]
+
+
+def pin_experiment(clone: Path, name: str) -> None:
+    """Select experiment `name` in a clone's config.yaml, changing that one line only (its comments and the line
+    each row starts on stay as they are): what `--config experiment=NAME` does, for every command run there."""
+    p = clone / "config.yaml"
+    text, n = re.subn(r"(?m)^experiment: *\S+ *$", f"experiment: {name}", p.read_text(), count=1)
+    assert n == 1, f"{p}: no top-level `experiment:` line"
+    p.write_text(text)
 
 
 def shared(tmp_path_factory, name: str, build) -> Path:
@@ -80,16 +97,31 @@ def fresh_clone(pristine, tmp_path) -> Path:
     return copy_clone(pristine, tmp_path / "clone")
 
 
+def dry_run_clone(pristine: Path, d: Path, experiment: str | None = None) -> None:
+    """d/clone: a copy of the pristine clone (its config.yaml selecting `experiment` where one is given) after its
+    first `snakemake -n` (torch made unimportable, as it must not be needed to plan); d/dry_run.json: that dry run."""
+    dest = copy_clone(pristine, d / "clone")
+    if experiment:
+        pin_experiment(dest, experiment)
+    r = subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=dest, capture_output=True, text=True)
+    (d / "dry_run.json").write_text(json.dumps({"args": r.args, "returncode": r.returncode, "stdout": r.stdout,
+                                                "stderr": r.stderr}))
+
+
 @pytest.fixture(scope="session")
 def first_dry_run(pristine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """A fresh clone's first `snakemake -n` (torch made unimportable, as it must not be needed to plan) and the
-    clone after it: tests/test_dag.py checks the dry run, the `clone` fixture copies the clone."""
-    def build(d: Path) -> None:
-        dest = copy_clone(pristine, d / "clone")
-        r = subprocess.run([sys.executable, "-c", NO_TORCH_SNAKEMAKE, "-n"], cwd=dest, capture_output=True, text=True)
-        (d / "dry_run.json").write_text(json.dumps({"args": r.args, "returncode": r.returncode, "stdout": r.stdout,
-                                                    "stderr": r.stderr}))
-    d = shared(tmp_path_factory, "dry-run", build)
+    """A fresh clone's first `snakemake -n` of the default experiment (torch made unimportable, as it must not be
+    needed to plan) and the clone after it: tests/test_dag.py checks the dry run, the `clone` fixture copies the
+    clone."""
+    d = shared(tmp_path_factory, "dry-run", lambda d: dry_run_clone(pristine, d))
+    return d / "clone", subprocess.CompletedProcess(**json.loads((d / "dry_run.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def toy_dry_run(pristine, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """first_dry_run for the toy experiment: a fresh clone whose config.yaml selects `toy` (that line alone changed),
+    after its first `snakemake -n` (the toy's caches under .snakemake/opd warm). toy_clone copies it."""
+    d = shared(tmp_path_factory, "toy-dry-run", lambda d: dry_run_clone(pristine, d, TOY))
     return d / "clone", subprocess.CompletedProcess(**json.loads((d / "dry_run.json").read_text()))
 
 
@@ -102,10 +134,19 @@ def clone(first_dry_run, tmp_path) -> Path:
     return copy_clone(src, tmp_path / "clone")
 
 
+@pytest.fixture
+def toy_clone(toy_dry_run, tmp_path) -> Path:
+    """`clone` for the toy experiment: a copy of a fresh clone whose config.yaml selects `toy`, after its first
+    `snakemake -n`; every `snakemake` and `python -m opd.cli` call in it works on the toy's rows and results/toy."""
+    src, r = toy_dry_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    return copy_clone(src, tmp_path / "clone")
+
+
 @pytest.fixture(scope="session")
 def built(first_dry_run, tmp_path_factory) -> Path:
-    """A fresh clone after one real `snakemake -c 2` has rebuilt what it wants (analysis, probes, figures) from the
-    committed Parquet: everything is then up to date, and so is a copy of it (checked once here). Shared: a test
+    """A fresh clone after one real `snakemake -c 2` (the default experiment) has rebuilt what it wants (analysis,
+    probes, figures) from the committed Parquet: everything is then up to date, and so is a copy of it (checked once here). Shared: a test
     reads it as it is (dry runs), or edits a copy (built_clone)."""
     src, r = first_dry_run
     assert r.returncode == 0, r.stderr[-3000:]
@@ -127,9 +168,10 @@ def built_clone(built, tmp_path) -> Path:
 
 
 def small_toy(c):
-    """The toy experiment cut to one student, two rows and 3 runs of 6 short steps (seconds each). Its
-    base models and admission checks are the committed ones (their specs are unchanged)."""
-    e = c["experiments"]["toy"]
+    """The toy experiment, selected (`experiment: toy`) and cut to one student, two rows and 3 runs of 6 short steps
+    (seconds each). Its base models and admission checks are the committed ones (their specs are unchanged)."""
+    c["experiment"] = TOY
+    e = c["experiments"][TOY]
     e["students"] = {"qwen-s": e["students"]["qwen-s"]}
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
     e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
@@ -140,12 +182,15 @@ def small_toy(c):
 
 
 @pytest.fixture(scope="session")
-def small_toy_built(first_dry_run, tmp_path_factory):
-    """A fresh clone (first_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
+def small_toy_built(toy_dry_run, tmp_path_factory):
+    """A fresh clone (toy_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
     committed runs' specs differ, so they are moved aside as stale), their analysis built. Built once per
     session (a minute or more of training and probes): the fault test and the report test start from copies."""
+    src, r = toy_dry_run
+    assert r.returncode == 0, r.stderr[-3000:]
+
     def build(d: Path) -> None:
-        clone = copy_clone(first_dry_run[0], d / "clone")
+        clone = copy_clone(src, d / "clone")
         edit_config(clone, small_toy)
         snakemake(clone, "-c", "2", "analysis")
         assert planned(clone, "analysis") == []
@@ -215,7 +260,11 @@ def paper_composed(tmp_path_factory) -> dict:
 
 @pytest.fixture
 def toy_config():
-    return yaml.safe_load((ROOT / "config.yaml").read_text())
+    """config.yaml with the toy experiment selected (`experiment: toy`): what a test of the toy's rows, settings or
+    committed results edits and expands (config.yaml's own default experiment is another)."""
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["experiment"] = TOY
+    return cfg
 
 
 def pytest_addoption(parser):

@@ -27,6 +27,7 @@ def row(cfg, name):
 
 def test_the_shipped_config_is_valid(toy_config):
     C.validate(toy_config)
+    C.validate(yaml.safe_load((C.ROOT / "config.yaml").read_text()))  # as shipped: its default experiment selected
 
 
 def test_unknown_key_names_row_and_field(toy_config):

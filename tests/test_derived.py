@@ -98,9 +98,10 @@ def test_the_cpu_path_moves_unrounded_floats_and_not_rounded_ones(tmp_path):
 ANALYSIS = ["results/toy/analysis/guard.parquet", "results/toy/analysis/kv_attribution.parquet"]
 
 
-def test_analysis_files_are_byte_identical_on_another_cpu_path(clone):
+def test_analysis_files_are_byte_identical_on_another_cpu_path(toy_clone):
     """The analysis stage run twice in a fresh clone, on this CPU's kernels and on the other path: every file it
     writes has the same bytes (the derived tables rounded, the concatenated run files as the runs wrote them)."""
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     written = {}
     for name, env in (("default", None), ("other", other_path_env())):
         r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2", "--forcerun", "analysis", "guard_analysis",

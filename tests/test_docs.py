@@ -133,12 +133,14 @@ def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path
     assert len(said) - end <= summary.MAX_LINES and "no run trained" in said[end], "\n".join(said)
     assert subprocess.run(["git", "status", "--porcelain", "results", "figures"], cwd=clone, capture_output=True,
                           text=True).stdout == ""
-    toy = {x["name"] for x in yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]["rows"]}
+    cfg = yaml.safe_load((clone / "config.yaml").read_text())
+    default = cfg["experiment"]  # what README command 1 built: the rows a reader adds go to it
+    there = {x["name"] for x in cfg["experiments"][default]["rows"]}
     failures, done, added = [], [], 0
     for page, cmd, in_venv, n_rows in cmds:
-        new = [r for r in rows[added:n_rows] if r["name"] not in toy]  # the rows the reader has added by now
+        new = [r for r in rows[added:n_rows] if r["name"] not in there]  # the rows the reader has added by now
         if new:
-            edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(new))
+            edit_config(clone, lambda c: c["experiments"][default]["rows"].extend(new))
         added = n_rows
         kind, why = how(cmd)
         if kind == "skip":
@@ -168,7 +170,7 @@ def test_readme_command_1_in_a_fresh_venv_then_every_documented_command(tmp_path
                 failures.append(f"{page}: {' '.join(cmd)} does not end with its decision:\n" + "\n".join(out[-12:]))
     print("\n".join(done))
     assert not failures, "\n\n".join(failures)
-    assert (clone / "figures" / "toy" / "report.html").stat().st_size > 0  # README's `snakemake --report`
+    assert (clone / "figures" / default / "report.html").stat().st_size > 0  # README's `snakemake --report`
     assert subprocess.run(["git", "status", "--porcelain", "docs"], cwd=clone, capture_output=True,
                           text=True).stdout == ""  # `python -m opd.docs` found the pages current
 

@@ -9,20 +9,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, TOY
 
-RUN = "fp8w.qwen-s.s1"
+RUN = "fp8w.qwen-s.s1"  # a committed run of the toy experiment (not the default one): every export names it
 
 
 def export(*args):
-    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", *args], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", "--experiment", TOY, *args], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return r
 
 
 def expected():
-    steps = pd.read_parquet(ROOT / f"results/toy/runs/{RUN}/steps.parquet")
-    held = pd.read_parquet(ROOT / f"results/toy/runs/{RUN}/heldout.parquet")
+    steps = pd.read_parquet(ROOT / f"results/{TOY}/runs/{RUN}/steps.parquet")
+    held = pd.read_parquet(ROOT / f"results/{TOY}/runs/{RUN}/heldout.parquet")
     return steps, held, held.groupby("step")["kl"].mean(), held.groupby("step")["correct"].mean()
 
 
@@ -98,9 +99,9 @@ def test_export_selects_a_row_and_refuses_what_is_not_there(tmp_path):
     pytest.importorskip("tensorboard")
     export("--tensorboard", str(tmp_path), "--row", "fp8w", "--student", "qwen-s")
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"fp8w.qwen-s.s{i}" for i in range(3)]
-    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", "--tensorboard", str(tmp_path), "--run", "fp8w.x.s0"],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", "--experiment", TOY, "--tensorboard", str(tmp_path),
+                        "--run", "fp8w.x.s0"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "has no run 'fp8w.x.s0'" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", "--row", "fp8w"], cwd=ROOT, capture_output=True,
-                       text=True)
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "export", "--experiment", TOY, "--row", "fp8w"], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 2 and "give --tensorboard DIR, --wandb DIR, or both" in r.stderr

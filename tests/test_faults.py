@@ -108,7 +108,9 @@ def fill(folder) -> Path:
     return ballast
 
 
-def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resumes(clone, tmpfs, tmp_path):
+def test_a_full_disk_fails_naming_it_leaves_nothing_partial_and_the_rerun_resumes(toy_clone, tmpfs, tmp_path):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
+
     def one_run(c):
         small_toy(c)
         c["experiments"]["toy"]["train"].update(steps=12, checkpoint_every=3)
@@ -269,7 +271,8 @@ NOISE_15 = {f"noise-15.{student}.s{s}" for student in next(r for r in C.load()["
 
 
 @pytest.mark.parametrize("case", ["specs committed without their runs", "run files with a future mtime"])
-def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone, case):
+def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(toy_clone, case):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     edit_config(clone, set_sigma(0.30))
     runs = clone / "results" / "toy" / "runs"
     if case == "specs committed without their runs":
@@ -294,7 +297,8 @@ def test_a_run_computed_from_another_spec_is_rerun_whatever_the_file_times(clone
     assert tree_state(clone) == before  # a dry run moves and writes nothing: the real run's jobs set them aside
 
 
-def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone):
+def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     runs = clone / "results" / "toy" / "runs"
     import shutil
     shutil.rmtree(runs / "fp8w.qwen-s.s0")  # a hand-deleted run folder
@@ -325,7 +329,8 @@ def test_a_run_without_a_well_formed_run_json_and_a_missing_run_are_rerun(clone)
             if rule in TRAIN_RULES} == broken
 
 
-def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(clone):
+def test_a_dry_run_beside_a_running_snakemake_changes_nothing_its_jobs_read(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     import json
     import sys
     from opd.spec import TrainSpec
@@ -453,7 +458,7 @@ def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
     from opd.spec import Experiment
     out = tmp_path / "results" / "toy"
     shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s")
-    e = Experiment.of(C.load())
+    e = Experiment.of(C.load(), "toy")  # its committed base models, copied above
     bases = {"qwen-s": dag.base_spec(e, "qwen-s")}
     ledger = tmp_path / "verified.json"
     assert store.heal_runs(out, [], ledger, base_specs=bases) == {}

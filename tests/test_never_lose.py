@@ -93,7 +93,8 @@ def test_a_missing_analysis_file_and_a_damaged_measurement_are_made_again(small_
     assert not planned_rules(jobs_in(r)) & TRAIN_RULES
 
 
-def test_same_size_damage_to_a_file_the_plan_reads_is_named_and_retrained_not_a_crash(clone):
+def test_same_size_damage_to_a_file_the_plan_reads_is_named_and_retrained_not_a_crash(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     p = clone / "results" / "toy" / "runs" / "bf16.llama-s.s3" / "heldout.parquet"
     b = bytearray(p.read_bytes())
     b[len(b) // 2: len(b) // 2 + 64] = bytes(b ^ 0xFF for b in b[len(b) // 2: len(b) // 2 + 64])
@@ -105,7 +106,9 @@ def test_same_size_damage_to_a_file_the_plan_reads_is_named_and_retrained_not_a_
     assert tree_state(clone) == before
 
 
-def test_verdict_refuses_a_stale_analysis_and_compare_refuses_what_is_no_verdict_table(clone):
+def test_verdict_refuses_a_stale_analysis_and_compare_refuses_what_is_no_verdict_table(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
+
     def verdict():
         return subprocess.run([sys.executable, "-m", "opd.cli", "verdict", "noise-15"], cwd=clone, capture_output=True,
                               text=True)

@@ -1,6 +1,8 @@
 """opd.plan, the adaptive design: sequential seeds and bisected edges planned from the results on disk; their
 validation; and one real round-by-round calibration through snakemake."""
 import copy
+import json
+import os
 import subprocess
 import sys
 import zlib
@@ -453,7 +455,8 @@ def small_edge(c):
                    "students": ["qwen-s"]}]
 
 
-def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
+def test_a_bisected_edge_runs_round_by_round_through_snakemake(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     edit_config(clone, small_edge)
     first = planned_runs(planned(clone, "analysis"))
     assert first == {"bf16.qwen-s.s0", "bf16.qwen-s.s1", "bf16.qwen-s.s2", "edge-0p05.qwen-s.s0", "edge-0p2.qwen-s.s0"}
@@ -475,6 +478,35 @@ def test_a_bisected_edge_runs_round_by_round_through_snakemake(clone):
     assert not planned_runs(planned(clone, "analysis"))  # nothing left to train
     verdicts = store.read_table(clone / "results" / "toy" / "analysis" / "verdicts.parquet")
     assert {s.row.name for s in end.edges[0].steps} <= set(verdicts["config"])  # analysed like any row
+
+
+@pytest.mark.parametrize("given, targets", [(["-c", "2"], ["plan_round"]),
+                                           (["-c", "2", "analysis"], ["analysis", "plan_round"])])
+def test_calibrate_with_an_experiment_gives_snakemake_the_round_as_a_target(tmp_path, given, targets):
+    """`calibrate --experiment NAME -- ARGS` runs one `snakemake` per round whose arguments Snakemake's own parser
+    reads as ARGS' targets and plan_round, with the config experiment=NAME: plan_round after --config was read as one
+    more name=value (round 1 failed so), and before options followed by a target Snakemake refuses the call. The plan
+    is real (the toy's adaptive design planned from an empty results/ in a scratch folder: round 1 has runs to
+    train); a fake `snakemake` first on PATH records its arguments and trains nothing, so round 2 finds the same
+    runs planned and stops."""
+    from snakemake.cli import get_argument_parser
+    bin_dir, work, calls = tmp_path / "bin", tmp_path / "work", tmp_path / "calls.jsonl"
+    bin_dir.mkdir(), work.mkdir()
+    fake = bin_dir / "snakemake"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nwith open({str(calls)!r}, 'a') as f:\n"
+                    f"    f.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "calibrate", "--experiment", "toy", "--", *given], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert "calibrate: round 1: " in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and "round 1 trained none of" in r.stderr, r.stdout + r.stderr  # the fake trained nothing
+    (argv,) = [json.loads(line) for line in calls.read_text().splitlines()]  # one call: round 1's
+    try:
+        read = get_argument_parser().parse_args(argv)  # as `snakemake` reads it
+    except SystemExit:
+        pytest.fail(f"snakemake refuses the arguments of round 1: {argv}")
+    assert (set(read.targets), read.config, read.cores) == (set(targets), ["experiment=toy"], 2), argv
 
 
 def test_the_bisection_table_and_figure_come_from_the_analysis_tables(toy_config, tmp_path):

@@ -51,7 +51,8 @@ def submitted_job_id(run_dir: Path) -> str:
     return next((run_dir / "slurm").glob("*_submission.sh")).name.split("_")[0]
 
 
-def test_toy_rows_end_to_end_through_profile_slurm_two_in_flight(slurm_cluster, clone):
+def test_toy_rows_end_to_end_through_profile_slurm_two_in_flight(slurm_cluster, toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(
         [{"name": "slurm-a", "noise_sigma": 0.01, "seeds": [0]}, {"name": "slurm-b", "noise_sigma": 0.02, "seeds": [0]}]))
     args = ("--profile", "slurm", "--config", "experiment=toy", "--resources", "slurm_jobs=2")

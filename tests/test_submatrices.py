@@ -1,6 +1,7 @@
 """Every output holds for any matrix a user would write: sub-matrices of the toy (a few rows, a non-first student
 alone, RL rows only, no probed runs, one seed), built for real with `snakemake -c 2` in a fresh clone, render every
-output their experiment selects (opd/outputs.py) and leave the others out of the DAG, never a traceback. They
+output their experiment selects (opd/outputs.py) and leave the others out of the DAG, never a traceback (the toy
+experiment selected in the clone: conftest.toy_dry_run). They
 reuse the committed runs and measurements (their specs are unchanged: students and seeds are placement fields,
 and the rows whose changes would move a measurement's spec come in groups), so nothing trains."""
 import pytest
@@ -53,10 +54,10 @@ def submatrix(names, student=None, one_seed=False) -> list[dict]:
 
 
 def build(fresh, tmp_path, rows) -> tuple:
-    clone = copy_clone(fresh, tmp_path / "clone")  # a fresh clone (conftest.first_dry_run's, copied)
+    clone = copy_clone(fresh, tmp_path / "clone")  # a fresh clone selecting the toy (conftest.toy_dry_run's, copied)
     # a fixed design: the rows given, without the toy's bisected edges (test_plan.py checks those)
-    edit_config(clone, lambda c: (c["experiments"]["toy"].update(rows=rows), c["experiments"]["toy"].pop("edges"),
-                                  c["experiments"]["toy"].pop("sequential")))
+    edit_config(clone, lambda c: (c.update(experiment="toy"), c["experiments"]["toy"].update(rows=rows),
+                                  c["experiments"]["toy"].pop("edges"), c["experiments"]["toy"].pop("sequential")))
     experiment = yaml.safe_load((clone / "config.yaml").read_text())["experiments"]["toy"]
     assert not planned_rules(planned(clone)) & COMPUTE  # nothing trains or measures
     r = snakemake(clone, "-c", "2", check=False)
@@ -82,13 +83,13 @@ def build(fresh, tmp_path, rows) -> tuple:
     # the baseline and an RL row: the mechanism's table once read the noise rows' columns from none
     pytest.param(submatrix(["rl-reinforce-bf16"]), id="bf16-and-rl"),
 ])
-def test_the_sub_matrices_that_crashed(first_dry_run, tmp_path, rows):
-    build(first_dry_run[0], tmp_path, rows)
+def test_the_sub_matrices_that_crashed(toy_dry_run, tmp_path, rows):
+    build(toy_dry_run[0], tmp_path, rows)
 
 
 @settings(max_examples=2, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(names=st.lists(st.sampled_from(POOL), min_size=0, max_size=3, unique=True),
        student=st.sampled_from([None, "qwen-m", "llama-s"]), one_seed=st.booleans())
-def test_any_sub_matrix_renders_or_leaves_out_every_output(first_dry_run, tmp_path_factory, names, student, one_seed):
-    build(first_dry_run[0], tmp_path_factory.mktemp("sub"), submatrix(names, student, one_seed))
+def test_any_sub_matrix_renders_or_leaves_out_every_output(toy_dry_run, tmp_path_factory, names, student, one_seed):
+    build(toy_dry_run[0], tmp_path_factory.mktemp("sub"), submatrix(names, student, one_seed))

@@ -1,5 +1,6 @@
 """`python -m opd.cli verdict ROW`, the admission check's decision line, the verdict lines at the end of a
-`snakemake` run, and the budget figure's row labels, on the committed results (nothing is trained)."""
+`snakemake` run, and the budget figure's row labels, on the toy experiment's committed results (nothing is trained;
+the toy named wherever the default experiment would be read)."""
 import json
 import re
 import subprocess
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, planned, planned_runs
+from conftest import ROOT, TOY, planned, planned_runs
 from opd import cli, config as C, scorecard, stats, verdict as V
 
 matplotlib.use("Agg")
@@ -18,7 +19,13 @@ ANALYSIS = ROOT / "results/toy/analysis"
 
 
 def verdict_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "opd.cli", "verdict", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "opd.cli", "verdict", "--experiment", TOY, *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def toy_cfg() -> dict:
+    """config.yaml with the toy experiment selected."""
+    return {**C.load(), "experiment": TOY}
 
 
 def pct(x):
@@ -35,7 +42,7 @@ def test_verdict_on_the_committed_results(row):
     v = pd.read_parquet(ANALYSIS / "verdicts.parquet")
     e = pd.read_parquet(ANALYSIS / "edges.parquet")
     a = pd.read_parquet(ANALYSIS / "admission.parquet")
-    cfg = C.load()
+    cfg = toy_cfg()
     students = next(x for x in C.rows(cfg) if x.name == row).students_or(next(iter(cfg["experiments"]["toy"]["students"])))
     blocks = out.split("\n\n")
     assert len(blocks) == len(students)
@@ -80,8 +87,8 @@ def test_verdict_says_in_words_where_a_row_lies_against_each_edge():
     assert f"beyond the staleness edge (D {scorecard.g(D)} > edge {scorecard.g(stale.D_edge)} [" in out
     noisy = verdict_cli("noise-15", "--student", "qwen-s").stdout  # its D inside the fixed-noise edge's interval
     assert "inside the fixed-noise edge's interval: undecided (D " in noisy
-    exp = V.experiment_of(C.load())
-    sv = V.row_verdicts(C.load(), "nvfp4", "qwen-s")[0]
+    exp = V.experiment_of(toy_cfg())
+    sv = V.row_verdicts(toy_cfg(), "nvfp4", "qwen-s")[0]
     without = V.render(exp, V.StudentVerdict(**{**sv.__dict__, "edges": ()}))
     assert "edges of" not in without and "budget of qwen-s at τ = 20% (both rules): none (a fail at D" in without
 
@@ -96,10 +103,11 @@ def test_a_reference_rows_verdict_is_labelled_as_a_reference_rows():
     assert "reference row" not in verdict_cli("nvfp4").stdout
 
 
-def test_verdict_of_a_row_without_results_names_what_is_missing(clone, tmp_path):
+def test_verdict_of_a_row_without_results_names_what_is_missing(toy_clone, tmp_path):
     """A row just added: no runs, no admission check, no analysis of it; each with the target that makes it
     (the training target is a real one: a dry run in a fresh clone plans exactly that row's runs)."""
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
+    cfg = {**yaml.safe_load((ROOT / "config.yaml").read_text()), "experiment": TOY}  # the clone's too
     cfg["experiments"]["toy"]["rows"].append({"name": "nvfp4-kv-l0", "weights": "nvfp4", "kv_cache": "fp8_e4m3",
                                               "bf16_layers": [0]})
     path = tmp_path / "config.yaml"
@@ -131,7 +139,7 @@ def test_a_changed_and_a_new_verdict_each_get_one_line(tmp_path, monkeypatch):
     """`announce` at the end of a run: one line per row whose verdict is new or changed since the record (an
     unchanged row says nothing), and the record is written for the next run."""
     monkeypatch.chdir(ROOT)
-    cfg = C.load()
+    cfg = toy_cfg()
     now = V.seen(cfg, "toy")
     assert now["noise-15"]["qwen-s"]["paper"] == "fail"
     old = json.loads(json.dumps(now))
@@ -154,7 +162,7 @@ def test_admission_summary_line_is_the_analysis_decision(capsys, monkeypatch, tm
     the line the DAG writes for the experiment (opd.dag.admission_line_path); without that file it prints nothing."""
     from opd import dag
     from opd.spec import AdmissionSpec, Experiment
-    cfg = C.load()
+    cfg = toy_cfg()
     line_file = tmp_path / "admission-line-toy.json"
     monkeypatch.setattr(dag, "admission_line_path", lambda experiment: str(line_file))
     spec = AdmissionSpec.from_json(json.loads((ROOT / "results/toy/_jobs/admission/nvfp4.qwen-s.json").read_text()))
@@ -170,7 +178,7 @@ def test_admission_summary_line_is_the_analysis_decision(capsys, monkeypatch, tm
 
 
 def test_highlight_is_validated():
-    cfg = C.load()
+    cfg = toy_cfg()  # a highlight names a row of the selected experiment
     cfg["highlight"] = "nvfp"
     with pytest.raises(C.ConfigError, match="field 'highlight': experiment 'toy' has no row 'nvfp'; did you mean 'nvfp4'"):
         C.validate(cfg)
@@ -209,7 +217,7 @@ def test_budget_figure_names_the_edge_rows_and_the_highlighted_ones():
 
 
 def test_a_changed_row_is_named_and_its_old_verdict_not_given(tmp_path):
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg = {**yaml.safe_load((ROOT / "config.yaml").read_text()), "experiment": TOY}
     next(r for r in cfg["experiments"]["toy"]["rows"] if r["name"] == "fp8w")["weights"] = "fp8_block"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -220,9 +228,10 @@ def test_a_changed_row_is_named_and_its_old_verdict_not_given(tmp_path):
     assert "`snakemake -c 2 results/toy/analysis/verdicts.parquet`" in r.stderr
 
 
-def test_snakemake_ends_with_the_changed_verdicts_line(clone, monkeypatch):
+def test_snakemake_ends_with_the_changed_verdicts_line(toy_clone, monkeypatch):
     """The Snakefile's onsuccess, in a real run that trains nothing (a fresh clone reruns its analysis): against
     a record in which noise-15 passed on qwen-s, the run's last lines name that row's changed verdict, and only it."""
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     state = clone / ".snakemake/opd/verdicts-toy.json"
     state.parent.mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(clone)  # the record is of the clone's analysis files, read as Snakemake reads them

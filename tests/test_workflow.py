@@ -1,11 +1,12 @@
 """The workflow's shape, checked with real Snakemake runs in a `git clone` of this tree (whose results/ holds
-the toy's results; the session's clones of tests/conftest.py): every rule logs and the compute jobs' logs are where their rules say, `snakemake figures`
+the toy's results; the session's clones of tests/conftest.py, with the toy experiment selected: it has every compute
+rule, the KV attribution's included): every rule logs and the compute jobs' logs are where their rules say, `snakemake figures`
 never trains, `snakemake --lint` raises nothing that workflow/lint.yaml does not justify."""
 import re
 
 import yaml
 
-from conftest import ROOT, TRAIN_RULES, edit_config, jobs_in, planned, planned_rules, snakemake
+from conftest import ROOT, TOY, TRAIN_RULES, edit_config, jobs_in, planned, planned_rules, snakemake
 from opd import dag
 
 COMPUTE = TRAIN_RULES | {"base_models", "admission", "kv_attribution_student", "throughput", "memory_bound"}
@@ -26,8 +27,8 @@ def dry_run_jobs(r) -> list[dict]:
     return jobs
 
 
-def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(built_clone):
-    jobs = dry_run_jobs(snakemake(built_clone, "-n", "--forceall"))
+def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(toy_clone):
+    jobs = dry_run_jobs(snakemake(toy_clone, "-n", "--forceall"))  # every job, whatever is up to date
     rules = {j["rule"] for j in jobs}
     assert COMPUTE - {"base_models"} <= rules  # (the toy's base models are in the DAG only when a run needs them)
     for j in jobs:
@@ -45,11 +46,12 @@ def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(built_c
                 assert log_name == w["run_id"]
             elif "row" in w:
                 assert log_name == f"{w['row']}.{w['student']}"
-            assert j["log"] == dag.log_path("toy", spec_kinds[j["rule"]], name)
+            assert j["log"] == dag.log_path(TOY, spec_kinds[j["rule"]], name)
 
 
-def test_a_compute_job_writes_its_log(clone):
+def test_a_compute_job_writes_its_log(toy_clone):
     # (that a fresh clone plans no compute job: tests/test_dag.py, on the session's fresh clone)
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
     target = "results/toy/admission/fp8w.qwen-s.parquet"
     r = snakemake(clone, "-c", "1", target, "--forcerun", "admission")
     assert planned_rules(jobs_in(r)) == {"admission"}
@@ -57,7 +59,9 @@ def test_a_compute_job_writes_its_log(clone):
     assert "admission fp8w.qwen-s: done: wrote" in log and "D̂ =" in log and "admit" in log
 
 
-def test_figures_never_trains_and_names_what_it_leaves_out(clone):
+def test_figures_never_trains_and_names_what_it_leaves_out(toy_clone):
+    clone = toy_clone  # the toy experiment selected: its rows and results/toy
+
     def change(c):
         rows = c["experiments"]["toy"]["rows"]
         rows.append({"name": "noise-04", "noise_sigma": 0.04})  # a new row: 3 runs and an admission check
@@ -95,14 +99,14 @@ def lints(text: str) -> set[tuple[str, str]]:
     return found
 
 
-def test_lint_is_clean_but_for_the_justified_warnings(built_clone):
+def test_lint_is_clean_but_for_the_justified_warnings(toy_clone):
     """On the toy and on the paper experiment (the verl backend's rules): each lint is one workflow/lint.yaml
     justifies, and each rule it lists fires its lint in one of them at least."""
     justified = yaml.safe_load((ROOT / "workflow/lint.yaml").read_text())
     assert all(entry["why"].strip() for entry in justified)
     seen = set()
     for experiment in ("toy", "paper"):
-        r = snakemake(built_clone, "--lint", "--config", f"experiment={experiment}", check=False)
+        r = snakemake(toy_clone, "--lint", "--config", f"experiment={experiment}", check=False)
         found = lints(r.stdout + r.stderr)
         assert found, "no lint parsed: has `snakemake --lint`'s output changed?"
         rules = {w for w, _ in found}
