@@ -6,8 +6,8 @@
   (workflow/report/<rule>.rst, their one home) and the toy experiment's files;
 - docs/recipes.md: every engine recipe with its registry description (opd.quant.RECIPES) and how the verl
   backend computes it (opd.backends.verl.plan.kernels);
-- the generated blocks of README.md (BLOCKS): "What the toy finds", three sentences from the toy's committed analysis
-  files (opd.findings.readme_from_analysis), between a begin and an end marker; the rest of README is hand-written."""
+- the generated blocks of README.md (BLOCKS): "What the toy finds", three sentences from the default experiment's
+  committed analysis files (opd.findings.readme_from_analysis), between a begin and an end marker; the rest of README is hand-written."""
 from __future__ import annotations
 
 import re
@@ -233,15 +233,17 @@ END = "<!-- end of generated block: {name} -->"
 
 
 def toy_finds() -> str:
-    """README's "What the toy finds": exactly three sentences from the toy experiment's committed analysis files."""
+    """README's "What the toy finds": exactly three sentences from the default experiment's committed analysis files
+    (config.yaml's `experiment`)."""
     from opd import findings
     from opd.spec import Experiment, results_dir
-    exp = Experiment.of(C.load(), "toy")
+    cfg = C.load()
+    exp = Experiment.of(cfg, cfg["experiment"])
     return findings.readme_from_analysis(C.ROOT / results_dir(exp.name) / "analysis", exp.tau, exp.primary,
                                          f"figures/{exp.name}/findings.md")
 
 
-BLOCKS = {"toy-finds": (toy_finds, "results/toy/analysis/ through opd/findings.py")}
+BLOCKS = {"toy-finds": (toy_finds, "the default experiment's results/<experiment>/analysis/ through opd/findings.py")}
 
 
 def fill_blocks(text: str) -> str:
