@@ -1,14 +1,14 @@
-"""figures/toy/findings.md as committed is a page a reader can hold: an opening of at most OPENING_WORDS words (the
+"""The default experiment's figures/<experiment>/findings.md as committed is a page a reader can hold: an opening of at most OPENING_WORDS words (the
 text before the first table or the second heading) that says what the toy found about each claim of the paper, the
 claims scorecard as a table, at most FILE_WORDS words in all, and no bullet over BULLET_CHARS characters (the per-row
-enumerations live in figures/toy/tables/)."""
+enumerations live in figures/<experiment>/tables/)."""
 import re
 
-from conftest import ROOT
+from conftest import ROOT, default_experiment
 from opd import findings as F
 from opd import scorecard as S
 
-PAGE = ROOT / "figures" / "toy" / "findings.md"
+PAGE = ROOT / "figures" / default_experiment() / "findings.md"
 TEXT = PAGE.read_text()
 
 
