@@ -26,7 +26,7 @@ def main(inp, out, params):
                     student_specs=getattr(params, "students", None),
                     edges=store.read_table(inp.edges) if hasattr(inp, "edges") else None,
                     edge_ratios=store.read_table(inp.edge_ratios) if hasattr(inp, "edge_ratios") else None,
-                    steps=store.read_table(inp.steps))
+                    steps=store.read_table(inp.steps) if hasattr(inp, "steps") else None)
     store.atomic_write(out.md, lambda tmp: open(tmp, "w").write(text))
     report.input_sidecar(out.md, list(inp))
 
