@@ -556,7 +556,9 @@ def findings(verdicts, budget, noise, pairs, staleness, heldout, rows, admission
         lines += [rl_sentence(rl, s) for s in sorted(set(rl["student"]))]
         lines.append(rl_spread(heldout, baseline, primary, RLCollapse.of(rl_thresholds).thresholds()))
     lines += distance_sentences(verdicts, heldout, baseline, student_specs or {})
-    regime = S.regime(steps, edges, baseline) if steps is not None and edges is not None else None
+    converged = {name for name, spec in (student_specs or {}).items() if "converge" in spec}  # what was predicted on
+    regime = S.regime(steps, edges, baseline, converged) if steps is not None and edges is not None and converged \
+        else None
     if regime is not None:
         lines.append(regime.sentence())
     if predictors is not None:

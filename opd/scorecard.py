@@ -768,7 +768,8 @@ class Regime:
 
     @property
     def states(self) -> tuple[str, str, str]:
-        return ("holds" if self.deviation <= REGIME_SPREAD else "fails",
+        spread = "undecided" if len(self.students) < 2 else "holds" if self.deviation <= REGIME_SPREAD else "fails"
+        return (spread,  # one student has no spread to judge
                 all_state(band_state(lo, hi, *REGIME_EDGE_OVER_D0) for _, lo, hi in self.over_d0),
                 all_state(band_state(lo, hi, 0.0, REGIME_EDGE_OVER_KL0) for _, lo, hi in self.over_kl0))
 
@@ -784,15 +785,16 @@ class Regime:
                 f"(c) Edge / initial KL: {kls} (band < {pct(REGIME_EDGE_OVER_KL0)}): {c}.")
 
 
-def regime(steps: pd.DataFrame, edges: pd.DataFrame, baseline: str) -> Regime | None:
-    """The predictions on the students with a fixed-noise edge (seed-aware rule) and baseline runs that log the
-    entropy (steps.parquet); None where there are none."""
+def regime(steps: pd.DataFrame, edges: pd.DataFrame, baseline: str, students=None) -> Regime | None:
+    """The predictions on `students` (the predictions were made for the converged base models: findings passes the
+    students whose spec has a `converge` recipe; None: every student) that have a fixed-noise edge (seed-aware rule)
+    and baseline runs that log the entropy (steps.parquet); None where there are none."""
     if "entropy" not in steps or steps["entropy"].isna().all():
         return None
     fixed = seeds_rule(edges)
     fixed = fixed[fixed["mechanism"] == NOISE_FIXED].set_index("student")
     h = token_entropy(steps, baseline)
-    students = tuple(s for s in h.index if s in fixed.index)
+    students = tuple(s for s in h.index if s in fixed.index and (students is None or s in students))
     if not students:
         return None
     f = fixed.loc[list(students)]

@@ -5,23 +5,26 @@ conftest.first_dry_run, built), and the toy's (conftest.toy_clone)."""
 import re
 import subprocess
 
+import pytest
+
 from conftest import TRAIN_RULES, default_experiment, edit_config, jobs_in, planned, planned_rules, planned_runs, snakemake
 from opd import config as C
 from opd import dag
 from opd.spec import Experiment
 
 DEFAULT = default_experiment()  # what `snakemake -c 2` builds, `built` built, and the tests on `built` edit
-TRAINING = TRAIN_RULES | {"base_models"}
+TRAINING = TRAIN_RULES | {"base_models", "base_models_converged"}
 COMPUTE = TRAINING | {"admission", "kv_attribution_student", "throughput", "memory_bound"}  # the jobs that train or measure
 
 
-def test_a_fresh_clones_dry_run_schedules_no_compute_needs_no_torch_and_writes_nothing(first_dry_run):
+@pytest.mark.parametrize("dry_run", ["first_dry_run", "toy_dry_run"])  # the default experiment, and the toy's
+def test_a_fresh_clones_dry_run_schedules_no_compute_needs_no_torch_and_writes_nothing(dry_run, request):
     """A fresh `git clone` with the committed results: its first `snakemake -n` (conftest.first_dry_run, with torch
     unimportable: parsing the rules and building every job spec must not need it) plans no training and no
     measurement, and writes nothing under results/ or figures/ (the committed spec files keep their exact
     bytes). (The KV attribution's summary, kv_attribution, reruns as the analysis does: it reads the jobs'
     sequences.)"""
-    clone, r = first_dry_run
+    clone, r = request.getfixturevalue(dry_run)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not planned_rules(jobs_in(r)) & COMPUTE
     # --no-optional-locks: git status would refresh the shared clone's index while other workers copy the clone

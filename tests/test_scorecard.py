@@ -340,3 +340,6 @@ def test_the_regime_judges_each_prediction_on_the_interval():
     assert "(a) D(0) / H: a 0.0001, b 0.00011" in text and "(b) Fixed-noise edge / D(0): a 400x [200, 600]" in text
     assert text.endswith("(band < 20%): holds.") and len(text) <= 600
     assert S.regime(steps.assign(entropy=np.nan), edges, "bf16") is None  # runs without the entropy column's values
+    one = S.regime(steps, edges, "bf16", {"a", "z"})  # only the students predicted on (findings: the converged ones)
+    assert one.students == ("a",) and one.states[0] == "undecided"  # one student has no spread to judge
+    assert S.regime(steps, edges, "bf16", set()) is None
