@@ -67,6 +67,11 @@ def main(argv=None) -> int:
                    "complete runs that have none (written before hashes were recorded), after the full check, and "
                    "the spec's sha256 into those whose row, settings, student and seed agree with their job's spec; "
                    "the same into each student's base.json")
+    c.add_argument("--rewrite-tables", action="store_true", help="after a full check (every file hashed) that "
+                   "finds nothing damaged, write every Parquet file of the experiment again as the store writes "
+                   "them now (opd.store.parquet_options: smaller, lossless, each read back equal first) and "
+                   "record the new sizes and sha256 in run.json and base.json; the next `snakemake` remakes the "
+                   "analysis from them (the same numbers)")
     sa = sub.add_parser("set-aside", help="list the runs and base models kept because the config stopped asking for "
                         "the spec they were computed from (results/<experiment>/_set_aside/); a config that asks for "
                         "that spec again gets them back without computing; --prune deletes them")
@@ -135,7 +140,7 @@ def main(argv=None) -> int:
 
     from opd import store
     if args.job == "check-runs":
-        return check_runs(args.experiment, args.config, args.hash, args.record_legacy)
+        return check_runs(args.experiment, args.config, args.hash, args.record_legacy, args.rewrite_tables)
     if args.job == "prepare-job":
         from opd import dag
         spec = dag.SPEC_CLASSES[args.kind].from_json(json.loads(args.spec_json), where=args.out)
@@ -220,7 +225,7 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
     return 1
 
 
-def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
+def check_runs(experiment, config_path, hash_all, record_legacy=False, rewrite=False) -> int:
     """Paths are relative to the current folder (the repository root), as Snakemake's are."""
     from opd import config as C
     from opd import store
@@ -232,7 +237,7 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
     specs = dag.train_specs(e, f"{results_dir(exp)}/_models")  # as the DAG's (workflow/rules/common.smk)
     bases = dag.base_specs(e)
     runs = list(specs)
-    damaged = store.heal_runs(results_dir(exp), runs, store.ledger_path(exp), hash_all=hash_all,
+    damaged = store.heal_runs(results_dir(exp), runs, store.ledger_path(exp), hash_all=hash_all or rewrite,
                               specs=specs, base_specs=bases)
     print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
           + (f"{len(damaged)} damaged or stale, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
@@ -241,6 +246,12 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False) -> int:
         recorded = store.record_legacy(results_dir(exp), runs, specs, bases)
         print(f"file or spec hashes written into the run.json or base.json of {len(recorded)} run(s) or base "
               f"models that had none (each after checking its files read and its record agrees with its spec)")
+    if rewrite and not damaged:
+        n, before, after = store.rewrite_tables(results_dir(exp))
+        print(f"{n} Parquet files of {exp!r} written again: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB; "
+              "`snakemake` remakes the analysis from them")
+    elif rewrite:
+        print("nothing rewritten: rerun the damaged or stale runs first")
     return 1 if damaged else 0
 
 

@@ -355,6 +355,9 @@ def cross_field_errors(cfg: dict, lines: Lines = NO_LINES) -> list[str]:
             errors.append(f"experiment {exp!r}, field 'base_draws': the {e.get('backend')} backend's base models are "
                           f"the checkpoints the config names, one per student; only the tiny backend trains (and so "
                           f"redraws) its own")
+        if e.get("frozen_rules") and not e.get("predictors", True):
+            errors.append(f"experiment {exp!r}, field 'frozen_rules': they are scored on the predictor study's "
+                          f"step-0 statistics, which `predictors: false` turns off")
         if e.get("backend") == "verl" and "data" not in e.get("verl", {}):
             errors.append(f"experiment {exp!r}, field 'verl.data': the verl backend needs it (the training and "
                           f"held-out prompts)")

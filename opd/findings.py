@@ -23,8 +23,10 @@ NOISE = ("- **Instrument noise** ([tables/noise.md](tables/noise.md)). One seed 
          "interval gives that comparison an SE of {se}. τ = {tau:.0%}.")
 DRAWS = ("- **Base-model draws.** {n_draws} base models per student, each comparison paired on them. The base model "
          "moves the standard engine's final held-out KL by an SD of {sd_draw} (log) between draws, against {sd_run} "
-         "between OPD seeds; a configuration's Δ moves with the draw by an SD of {sd_dc}{dc_floor}. Judged on each "
-         "draw alone, {n_same} of {n} comparisons keep their verdict on every draw{differ}.")
+         "between OPD seeds; a configuration's Δ moves with the draw by an SD of {sd_dc}{dc_floor}. {per_draw}")
+DRAWS_SPLIT = "Judged on each draw alone, {n_same} of {n} comparisons keep their verdict on every draw{differ}."
+DRAWS_NO_SPLIT = ("No comparison has the two seeds per draw that a seed-aware verdict on one draw alone needs (a row's "
+                  "seeds are one per draw): the draw's share is the SD above, not a count of verdicts.")
 CLOSING = ("- **OPD works.** On the standard engine OPD closes {closed} of each student's held-out KL to its teacher "
            "(mean of {n} seeds): {items}.")
 BUDGETS = ("- **B_emp** ([tables/budget.md](tables/budget.md), [tables/runs.md](tables/runs.md)). At τ = {tau:.0%} it "
@@ -184,7 +186,8 @@ def draws_sentence(draws: pd.DataFrame, noise: pd.DataFrame) -> str | None:
     return DRAWS.format(n_draws=n_draws, sd_draw=sp("sd_draw"), sd_run=sp("sd_run"),
                         sd_dc=sp("sd_draw_config") if "sd_draw_config" in noise else "–",
                         dc_floor=draw_config_floor(noise.get("sd_draw_config")),
-                        n_same=len(full) - len(split), n=len(full), differ=differ)
+                        per_draw=DRAWS_SPLIT.format(n_same=len(full) - len(split), n=len(full), differ=differ)
+                        if full else DRAWS_NO_SPLIT)
 
 
 def draw_config_floor(sd) -> str:

@@ -27,11 +27,12 @@ class Matrix:
     seeds: tuple[int, ...]
     backend: str
     edges: tuple[str, ...] = ()  # the bisected edges' names (opd.plan)
+    predictors: bool = True  # the experiment's `predictors` (the predictor study)
 
     @classmethod
     def of(cls, experiment: dict) -> "Matrix":
         return cls(tuple(Row.of(r) for r in experiment["rows"]), tuple(experiment["seeds"]), experiment["backend"],
-                   tuple(x["name"] for x in experiment.get("edges", ())))
+                   tuple(x["name"] for x in experiment.get("edges", ())), experiment.get("predictors", True))
 
     def has(self, pred: Callable[[Row], bool]) -> bool:
         return any(pred(r) for r in self.rows)
@@ -53,9 +54,9 @@ def admission_rows(m: Matrix) -> bool:
 
 
 def predictor_rows(m: Matrix) -> bool:
-    """Admission candidates on the tiny backend, whose step-0 statistics rule predictor_stats measures (refused on
-    verl: opd.dag.predictor_spec)."""
-    return m.backend == "tiny" and admission_rows(m)
+    """Admission candidates on the tiny backend with the predictor study on (`predictors`), whose step-0 statistics
+    rule predictor_stats measures (refused on verl: opd.dag.predictor_spec)."""
+    return m.backend == "tiny" and m.predictors and admission_rows(m)
 
 
 def mechanism_rows(m: Matrix) -> bool:

@@ -554,6 +554,7 @@ class Experiment:
     # the two sides on the same draws
     base_draws: int = 1
     base_acceptance: BaseAcceptance | None = None  # tiny: the base models' acceptance band (opd.base_check)
+    predictors: bool = True  # tiny: the predictor study (step-0 statistics of every admission candidate)
 
     @classmethod
     def of(cls, cfg: dict, name: str | None = None) -> "Experiment":
@@ -579,7 +580,7 @@ class Experiment:
             edges=tuple(Edge.of(x, f"{where}, edge {i + 1}") for i, x in enumerate(e.get("edges", ()))),
             base_draws=e.get("base_draws", 1),
             base_acceptance=BaseAcceptance.of(e["base_acceptance"], f"{where}, base_acceptance")
-            if "base_acceptance" in e else None)
+            if "base_acceptance" in e else None, predictors=e.get("predictors", True))
 
     @property
     def adaptive(self) -> bool:

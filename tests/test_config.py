@@ -5,6 +5,7 @@ import pytest
 import yaml
 
 from opd import config as C
+from opd import outputs as O
 from opd import stats
 from opd.rows import Row
 from opd.spec import Experiment
@@ -364,6 +365,18 @@ def test_the_frozen_admission_rules_are_checked_naming_their_field(toy_config):
     paper["frozen_rules"] = [{"name": "x", "statistic": "d_hat", "at_most": 0.1, "fitted_on": {}}]
     assert "experiment 'paper', field 'frozen_rules[0]': the step-0 statistics it decides on are measured on the " \
            "tiny backend only" in err(toy_config)
+
+
+def test_the_predictor_study_can_be_turned_off_but_not_under_frozen_rules(toy_config):
+    """`predictors: false` (the lean default's) drops the predictor study's jobs and figure; frozen rules, scored on
+    its statistics, are refused with it, naming the field."""
+    e = toy_config["experiments"]["toy"]
+    e["predictors"] = False
+    assert "experiment 'toy', field 'frozen_rules': they are scored on the predictor study" in err(toy_config)
+    e.pop("frozen_rules")
+    C.validate(toy_config)
+    assert not Experiment.of(toy_config, "toy").predictors
+    assert not O.predictor_rows(O.Matrix.of(e)) and O.predictor_rows(O.Matrix.of({**e, "predictors": True}))
 
 
 def test_a_trimmed_matrix_keeps_its_frozen_rules_valid(toy_config):

@@ -114,6 +114,9 @@ def test_findings_count_the_comparisons_whose_verdict_depends_on_the_base_model(
     # a pooled interaction estimate at its floor says so rather than stand as a measured zero
     line = f.draws_sentence(draws, noise.assign(sd_draw_config=0.0))
     assert "SD of 0.0 (" in line and "floored at 0 on 1 student: no more spread than the seeds explain" in line
+    # one seed per draw (the lean default): no verdict on a draw alone, said so rather than "0 of 0 comparisons"
+    line = f.draws_sentence(draws.assign(verdict_seeds=None), noise)
+    assert "0 of 0" not in line and "No comparison has the two seeds per draw" in line
 
 
 def test_a_control_student_nearer_its_teacher_is_found_by_its_spec_alone():

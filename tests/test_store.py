@@ -2,9 +2,13 @@
 import errno
 import os
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opd import provenance, store
 
@@ -19,6 +23,29 @@ def test_round_trip_and_no_temporary_files_left(tmp_path):
     store.write_table(steps_frame(), tmp_path / "steps.parquet", store.STEPS)
     assert store.read_table(tmp_path / "steps.parquet")["step"].tolist() == [0, 1, 2]
     assert [p.name for p in tmp_path.iterdir()] == ["steps.parquet"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=40),
+       st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40))
+def test_tables_are_written_small_and_read_back_bit_for_bit(tmp_path_factory, xs, ys):
+    """The committed results are written byte-stream split without statistics (opd.store.parquet_options): every
+    float, -0.0 and infinities included, reads back with the same bits (a NaN as NaN), and the columns carry the encoding."""
+    path = tmp_path_factory.mktemp("t") / "t.parquet"
+    n = min(len(xs), len(ys))
+    df = pd.DataFrame({"x": np.array(xs[:n], dtype=np.float64), "y": np.array(ys[:n], dtype=np.float32),
+                       "run_id": ["r"] * n, "step": np.arange(n)})
+    store.write_table(df, path)
+    back = store.read_table(path)
+    for c in ("x", "y"):  # every bit, but a NaN's (pandas writes NaN as null: it reads back as NaN)
+        a, b = back[c].to_numpy(), df[c].to_numpy()
+        assert a.dtype == b.dtype and (np.isnan(a) == np.isnan(b)).all()
+        assert a[~np.isnan(a)].tobytes() == b[~np.isnan(b)].tobytes()
+    assert back["step"].tolist() == list(range(n)) and back["run_id"].tolist() == ["r"] * n
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    columns = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in columns["x"].encodings and columns["x"].compression == "ZSTD"
+    assert not columns["x"].is_stats_set
 
 
 def test_reader_names_the_file_and_the_bad_columns(tmp_path):
@@ -280,3 +307,26 @@ def test_the_guard_columns_read_back_with_their_defaults_from_an_older_file_and_
     store.write_table(steps_frame().assign(guard_active=[0.5, 0.5, 0.5]), bad)
     with pytest.raises(store.SchemaError, match="guard_active is double, expected bool"):
         store.read_table(bad)
+
+
+def test_tables_written_by_older_code_are_rewritten_smaller_with_the_same_content_and_still_pass_the_check(tmp_path):
+    """`check-runs --rewrite-tables`: a run written with snappy (older code) is written again with the store's
+    options; its content, schema metadata included, is unchanged, run.json records the new bytes, the full check
+    finds it sound, and files outside runs (a measurement) are rewritten too."""
+    rng = np.random.default_rng(0)
+    d = tmp_path / "runs" / "a.s.s0"
+    d.mkdir(parents=True)
+    steps = steps_frame(200).assign(run_id="a.s.s0", d_n=rng.random(200), loss=rng.normal(size=200))
+    old = pa.Table.from_pandas(steps, preserve_index=False)
+    pq.write_table(old, d / "steps.parquet", compression="snappy")
+    store.write_table(steps_frame(7, store.HELDOUT).assign(run_id="a.s.s0"), d / "heldout.parquet", store.HELDOUT)
+    store.write_json({"run_id": "a.s.s0", "status": "complete", "files": store.file_records(d)}, d / "run.json")
+    pq.write_table(old, tmp_path / "measurement.parquet", compression="snappy")
+    before = (d / "steps.parquet").stat().st_size
+
+    n, b, a = store.rewrite_tables(tmp_path)
+    assert n == 3 and a < b and (d / "steps.parquet").stat().st_size < before
+    assert pq.read_table(d / "steps.parquet").equals(old, check_metadata=True)
+    assert pq.read_table(tmp_path / "measurement.parquet").equals(old, check_metadata=True)
+    assert store.read_json(d / "run.json")["files"] == store.file_records(d)
+    assert store.heal_runs(tmp_path, ["a.s.s0"], tmp_path / "verified.json", hash_all=True) == {}

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from opd.provenance import sha256_file
-from opd.store.files import SchemaError, read_json, read_table, write_json
+from opd.store.files import SchemaError, read_json, read_table, rewrite_table, write_json
 
 
 def is_complete(run_dir) -> bool:
@@ -625,6 +625,28 @@ def record_legacy(out_dir, run_ids, specs: dict | None = None, base_specs: dict 
             write_json(new, d / meta_name)
             recorded.append(what)
     return recorded
+
+
+def rewrite_tables(out_dir) -> tuple[int, int, int]:
+    """Every Parquet file under `out_dir` (an experiment's results, _set_aside/ and _quarantine/ left alone) written
+    again with the store's options (files.rewrite_table, lossless), and the sizes and sha256 that a run.json or
+    base.json beside it records for it written anew; call it after a full check (heal_runs with hash_all), so only
+    sound files are re-recorded. A derived table's record of its inputs then no longer matches: the next
+    `snakemake` remakes the analysis (the same numbers). Returns (files, bytes before, bytes after)."""
+    out_dir = Path(out_dir)
+    n = before = after = 0
+    for path in sorted(out_dir.rglob("*.parquet")):
+        if path.relative_to(out_dir).parts[0] in (SET_ASIDE, "_quarantine"):
+            continue
+        b, a = rewrite_table(path)
+        n, before, after = n + 1, before + b, after + a
+        for meta_name in ("run.json", "base.json"):
+            meta_path = path.parent / meta_name
+            meta = read_json(meta_path) if meta_path.exists() else {}
+            if path.name in (meta.get("files") or {}):
+                files = {**meta["files"], path.name: {"size": a, "sha256": sha256_file(path)}}
+                write_json({**meta, "files": files}, meta_path)
+    return n, before, after
 
 
 def quarantine_log(out_dir) -> Path:

@@ -84,7 +84,7 @@ ADMISSION = {O.admission_path(OUT, r.name, s): r.name for r in opd_engine_rows()
 # the same candidates' offline statistics at the step-0 student (opd.dag.predictor_spec; tiny backend: exact sums
 # over its vocabulary), which the predictors rule judges as predictors of training's outcome
 PREDICTOR_FILES = {O.predictor_path(OUT, r.name, s): r.name for r in opd_engine_rows()
-                   for s in r.students_or(PRIMARY)} if BACKEND == "tiny" else {}
+                   for s in r.students_or(PRIMARY)} if BACKEND == "tiny" and EXPERIMENT.predictors else {}
 KV_CACHE_RECIPES = sorted({r.kv_cache for r in ROWS.values() if r.kv_cache != "none"})  # the experiment's own
 # every student a KV-cache row runs on (the 3-layer one separates "only layer i" from "all but layer j")
 KV_STUDENTS = sorted({s for r in ROWS.values() if r.kv_cache != "none" for s in r.students_or(PRIMARY)})
