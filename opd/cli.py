@@ -192,11 +192,9 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
     from opd import plan
     cfg = C.load(config_path or C.ROOT / "config.yaml")
     exp = experiment or cfg["experiment"]
-    given = [a for a in snakemake_args if a != "--"]
-    ours = ["--configfile", str(config_path)] if config_path else []
-    if experiment:
-        ours += ["--config", f"experiment={experiment}"]
-    args = given + ours
+    given = snakemake_args[1:] if snakemake_args[:1] == ["--"] else snakemake_args  # calibrate's own `--`
+    options, targets = snakemake_argv(given, config_path, experiment)
+    args = [*options, *(["--", *targets] if targets else [])]
     before = None
     for round_ in range(1, max_rounds + 1):
         p = plan.checked_plan(Experiment.of(cfg, exp), results_dir(exp))  # the plan the DAG will build
@@ -213,16 +211,45 @@ def calibrate(experiment, config_path, max_rounds: int, snakemake_args: list[str
                   f"stopping", file=sys.stderr)
             return 1
         print(f"calibrate: round {round_}: {len(p.pending)} run(s) to train", flush=True)
-        # rule plan_round: p.pending. The target after the given arguments, beside any target they name (Snakemake
-        # reads its targets as one run of words: `plan_round -c 2 analysis` is refused), and before calibrate's own
-        # --configfile and --config, which would read it as one more file or name=value
-        if subprocess.run(["snakemake", *given, "plan_round", *ours]).returncode != 0:
+        # rule plan_round: p.pending, beside any target the given arguments name
+        if subprocess.run(["snakemake", *options, "--", *targets, "plan_round"]).returncode != 0:
             print(f"calibrate: snakemake failed in round {round_}; the runs it finished are kept: rerun to resume",
                   file=sys.stderr)
             return 1
         before = p.pending
     print(f"calibrate: stopped after {max_rounds} rounds with runs still planned", file=sys.stderr)
     return 1
+
+
+def snakemake_argv(given: list[str], config_path, experiment) -> tuple[list[str], list[str]]:
+    """The options and the targets of a `snakemake` call made of the user's arguments `given` and calibrate's own
+    (--configfile, --config experiment=...), as Snakemake's own parser reads them. Snakemake reads its targets as one
+    run of words and keeps only the last --config (or --configfile) given, so the targets are taken out of `given`
+    (the caller puts them after `--`, where plan_round joins them) and calibrate's values are added to the user's in
+    one last --config. Raises SystemExit naming what it cannot split."""
+    from snakemake.cli import get_argument_parser
+    parse = get_argument_parser().parse_args
+    try:
+        read = parse(given)
+    except SystemExit:
+        raise SystemExit(f"calibrate: snakemake refuses the arguments {' '.join(given)!r}") from None
+    targets = list(read.targets or ())
+    options = list(given)
+    for t in reversed(targets):  # the last occurrence of each target word is the target, checked below
+        del options[len(options) - 1 - options[::-1].index(t)]
+    options = [a for a in options if a != "--"]  # a `--` only ever separates targets
+    if targets and (again := parse(options)).targets:
+        raise SystemExit(f"calibrate: cannot tell the targets {targets} from the options in {' '.join(given)!r}; "
+                         f"name the targets first")
+    plain = lambda v: vars(v) if hasattr(v, "__dict__") else v  # noqa: E731 (Snakemake's settings objects)
+    same = lambda a, b: {k: plain(v) for k, v in vars(a).items() if k != "targets"} == \
+        {k: plain(v) for k, v in vars(b).items() if k != "targets"}  # noqa: E731
+    if targets and not same(read, again):
+        raise SystemExit(f"calibrate: cannot take the targets {targets} out of {' '.join(given)!r}; name them first")
+    files = [*map(str, read.configfile or ()), *([str(config_path)] if config_path else [])]
+    config = [*(read.config or ()), *([f"experiment={experiment}"] if experiment else [])]
+    return options + (["--configfile", *files] if config_path else []) + (["--config", *config] if config else []), \
+        targets
 
 
 def check_runs(experiment, config_path, hash_all, record_legacy=False, rewrite=False) -> int:

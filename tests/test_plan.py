@@ -480,12 +480,16 @@ def test_a_bisected_edge_runs_round_by_round_through_snakemake(toy_clone):
     assert {s.row.name for s in end.edges[0].steps} <= set(verdicts["config"])  # analysed like any row
 
 
-@pytest.mark.parametrize("given, targets", [(["-c", "2"], ["plan_round"]),
-                                           (["-c", "2", "analysis"], ["analysis", "plan_round"])])
-def test_calibrate_with_an_experiment_gives_snakemake_the_round_as_a_target(tmp_path, given, targets):
+@pytest.mark.parametrize("given, targets, config", [
+    (["-c", "2"], ["plan_round"], []),
+    (["-c", "2", "analysis"], ["analysis", "plan_round"], []),
+    (["-c", "2", "--config", "x=1"], ["plan_round"], ["x=1"]),  # plan_round was read as one more name=value
+    (["-c", "2", "--config", "x=1", "--", "analysis"], ["analysis", "plan_round"], ["x=1"])])
+def test_calibrate_with_an_experiment_gives_snakemake_the_round_as_a_target(tmp_path, given, targets, config):
     """`calibrate --experiment NAME -- ARGS` runs one `snakemake` per round whose arguments Snakemake's own parser
-    reads as ARGS' targets and plan_round, with the config experiment=NAME: plan_round after --config was read as one
-    more name=value (round 1 failed so), and before options followed by a target Snakemake refuses the call. The plan
+    reads as ARGS' targets and plan_round, with the config experiment=NAME added to the user's own --config (Snakemake
+    keeps only the last --config): plan_round after --config was read as one more name=value (round 1 failed so), and
+    before options followed by a target Snakemake refuses the call. The plan
     is real (the toy's adaptive design planned from an empty results/ in a scratch folder: round 1 has runs to
     train); a fake `snakemake` first on PATH records its arguments and trains nothing, so round 2 finds the same
     runs planned and stops."""
@@ -506,7 +510,7 @@ def test_calibrate_with_an_experiment_gives_snakemake_the_round_as_a_target(tmp_
         read = get_argument_parser().parse_args(argv)  # as `snakemake` reads it
     except SystemExit:
         pytest.fail(f"snakemake refuses the arguments of round 1: {argv}")
-    assert (set(read.targets), read.config, read.cores) == (set(targets), ["experiment=toy"], 2), argv
+    assert (set(read.targets), read.config, read.cores) == (set(targets), [*config, "experiment=toy"], 2), argv
 
 
 def test_the_bisection_table_and_figure_come_from_the_analysis_tables(toy_config, tmp_path):
