@@ -58,7 +58,7 @@ def measure(settings: dict) -> dict:
     from opd.backends.tiny import model as M
     from opd.backends.tiny.engine import Engine, Numerics
     from opd.backends.tiny.task import make_task
-    from opd.backends.tiny.trainer import mismatch, step_generator, token_logprobs, train_run, update
+    from opd.backends.tiny.trainer import mismatch, score, step_generator, token_logprobs, train_run, update
 
     torch.set_num_threads(1)
     student, teacher = M.load(BASE / "student.pt"), M.load(BASE / "teacher.pt")
@@ -71,7 +71,8 @@ def measure(settings: dict) -> dict:
     gen_s, roll = best_of(lambda: engine.generate(train.prompts(idx), step_generator(0, 0, 2)))
     tokens = int(roll.mask.sum())
     opt = torch.optim.AdamW(student.parameters(), lr=0.0)  # lr 0: time the step, keep the weights
-    step_s, _ = best_of(lambda: update(student, teacher, opt, roll, idx, train, "opd", "none", s))
+    step_s, _ = best_of(lambda: update(student, opt, roll, score(student, teacher, roll, "opd"), idx, train, "opd",
+                                       "none", s))
     with torch.no_grad():
         lp, _ = token_logprobs(student, roll)
     dn_s, _ = best_of(lambda: mismatch(roll.logprobs, lp, roll.mask), n=50)

@@ -668,6 +668,12 @@ def guard_errors(row: Row, train: dict) -> list[tuple[str, str]]:
                               "already; use 'sync' or 'fallback'"))
     if g.flush and row.staleness == 0:
         out.append(("flush", "the row is synchronous (staleness 0): no batch is in flight to discard"))
+    if g.reject and g.window != 1:
+        out.append(("reject", f"rejects the batch that crosses d_max, but with window {g.window} the line is on a "
+                              f"mean of {g.window} steps, not on one batch: reject needs window 1"))
+    if g.reject and row.staleness > 0 and not g.flush:
+        out.append(("reject", f"on a stale row (staleness {row.staleness}) the batches sampled after the rejected one "
+                              f"are inside its span and are discarded with it: set flush: true too"))
     steps = train.get("steps")
     if isinstance(steps, int) and g.window > steps:
         out.append(("window", f"{g.window} steps is longer than the {steps}-step run, so the guard never watches"))

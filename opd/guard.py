@@ -2,15 +2,23 @@
 
 Backend-independent state machine, fed one d_n per training step in step order (the tiny trainer and the
 verl weight-sync hook both drive it). It watches the running mean of d_n over the last `window` steps
-rolled out by the row's own engine (window 1: each step's own d_n, so it acts on the step that crosses); when
-that mean exceeds `d_max`, the rollouts of steps [n + 1 + lag, n + 1 + lag + cooldown) come from the action's
-engine, where n is the step just observed and lag the row's staleness (the batches of steps n + 1 ... n + lag
-are already sampled, or may be, in the asynchronous schedule; deciding from the d_n known when a batch's
-weights exist keeps a run deterministic whatever the threads' timing). With `flush` those batches are
-discarded and sampled again by the action's engine: the span starts at n + 1, and the trainer restarts its rollout
-pipeline there (opd.backends.tiny.trainer), as an asynchronous trainer flushes its queue; between activations the
-rollout runs k steps ahead as without a guard. After the span the row's engine returns and the window starts
-empty.
+rolled out by the row's own engine (window 1: each step's own d_n); when that mean exceeds `d_max` at step n,
+it activates: the rollouts of a span of `cooldown` steps come from the action's engine. Where the span starts:
+
+- `reject` (window 1): at n itself. The batch that crossed is not trained on: the trainer measures d_n before
+  its optimizer step, discards the batch and samples step n again with the action's engine (and, on a stale
+  row, the batches after it already in flight: `reject` there needs `flush`). Every batch the row's engine
+  gets trained on is then at or under d_max. The tiny backend only (verl trains on a batch before its d_n is
+  known to the guard).
+- `flush`: at n + 1. The batch of step n is trained on; the batches of steps n + 1 ... n + lag (the row's
+  staleness), sampled ahead, are discarded and sampled again by the action's engine: the trainer restarts its
+  rollout pipeline there (opd.backends.tiny.trainer), as an asynchronous trainer flushes its queue.
+- neither: at n + 1 + lag. The batches of steps n + 1 ... n + lag are already sampled, or may be, in the
+  asynchronous schedule, and are trained on.
+
+Deciding from the d_n known when a batch's weights exist (or discarding what was decided before) keeps a run
+deterministic whatever the threads' timing; between activations the rollout runs k steps ahead as without a
+guard. After the span the row's engine returns and the window starts empty.
 
 Back-off: each activation that follows the previous one without a full window of the row's engine at or
 under d_max in between doubles the cooldown, up to `cap` (the run's length); a full window at or under
@@ -49,6 +57,7 @@ class GuardState:
     cooldown: int
     lag: int = 0  # the row's staleness k
     flush: bool = False  # the batches in flight are discarded when it acts: the span starts at the next step
+    reject: bool = False  # the batch that crosses is discarded too: the span starts at the step that crossed
     cap: int = 1 << 30  # the longest cooldown (the run's length)
     recent: list = field(default_factory=list)  # d_n of the row engine's steps since watching (re)started
     next_cooldown: int = 0  # the next activation's cooldown (back-off); 0: `cooldown`
@@ -62,10 +71,11 @@ class GuardState:
         if isinstance(guard.d_max, str):
             raise ValueError(f"guard d_max {guard.d_max!r}: resolve it to a number first (opd.spec.Experiment.guard)")
         return cls(d_max=float(guard.d_max), window=int(guard.window), action=guard.action,
-                   cooldown=int(guard.cooldown), lag=lag, flush=bool(guard.flush), cap=steps)
+                   cooldown=int(guard.cooldown), lag=lag, flush=bool(guard.flush), reject=bool(guard.reject), cap=steps)
 
     def observe(self, step: int, d_n: float) -> Span | None:
-        """Step `step`'s measured d_n; returns the activation it triggers ([start, end)), if any."""
+        """Step `step`'s measured d_n; returns the activation it triggers ([start, end)), if any. With `reject`
+        the span starts at `step`: the caller discards the batch it measured and samples the step again."""
         if step < self.watch_from:
             return None
         self.recent = (self.recent + [float(d_n)])[-self.window:]
@@ -75,7 +85,7 @@ class GuardState:
             self.next_cooldown = 0  # a full clean window: the back-off starts over
             return None
         length = self.next_cooldown or self.cooldown
-        start = step + 1 + (0 if self.flush else self.lag)
+        start = step if self.reject else step + 1 + (0 if self.flush else self.lag)
         span = Span(start, start + length)
         self.spans.append(span)
         self.watch_from, self.recent = span[1], []
@@ -84,7 +94,8 @@ class GuardState:
 
     def active(self, step: int) -> bool:
         """Whether step `step`'s rollout comes from the action's engine (known once step - 1 - lag is observed, or,
-        with flush, final once step - 1 is: an activation in between discards the rollouts sampled ahead)."""
+        with flush, final once step - 1 is, and with reject once step is: an activation in between discards the
+        rollouts sampled ahead)."""
         return any(a <= step < b for a, b in self.spans)
 
     def engine(self, step: int) -> str:
@@ -102,4 +113,5 @@ class GuardState:
 
     @classmethod
     def from_state(cls, state: dict) -> "GuardState":
+        """The state `state()` gave (a checkpoint written before `reject` existed lacks it: false)."""
         return cls(**{**state, "spans": [Span(*s) for s in state["spans"]]})

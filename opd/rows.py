@@ -45,12 +45,17 @@ class Guard:
     again, watching afresh. `d_max` is a number (nats/token) or "budget" (opd.spec.Experiment.guard_line).
     `flush`: on a stale row (k > 0), the batches already sampled for the next k steps are discarded when the
     guard acts, so the action's engine starts at the step after the one that crossed (an asynchronous trainer's
-    pipeline flush, its rollouts wasted); without it they are trained on, and the action starts k steps later."""
+    pipeline flush, its rollouts wasted); without it they are trained on, and the action starts k steps later.
+    `reject` (window 1; tiny backend): the batch whose d_n crosses is not trained on either: it is discarded and its
+    step sampled again by the action's engine, so the span starts at the crossing step itself (a stale row's batches
+    in flight go with it, so there it needs `flush`); without it the crossing batch is trained on and the span starts
+    after it (the guard's first semantics, which the results committed before `reject` were trained with)."""
     d_max: float | str
     window: int
     action: str
     cooldown: int
     flush: bool = False
+    reject: bool = False
 
     @classmethod
     def of(cls, g: "dict | str | Guard") -> "Guard":
@@ -63,7 +68,7 @@ class Guard:
 
     def as_dict(self) -> dict:
         """The fields config.yaml holds: a field with a default only where it is set (a default added later, such
-        as `flush`, changes no existing row's spec and so reruns nothing)."""
+        as `flush` or `reject`, changes no existing row's spec and so reruns nothing)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.default is MISSING or getattr(self, f.name) != f.default}
 

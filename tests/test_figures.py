@@ -1,5 +1,6 @@
 """Every figure and table renders from a small Parquet fixture, through the same scripts Snakemake runs."""
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -54,7 +55,8 @@ def make_runs(d: Path, rows=ROWS):
                            "staleness": r.get("staleness", 0), "policy_version": np.arange(20),
                            "engine_version": np.maximum(0, np.arange(20) - r.get("staleness", 0)), "loss": 0.1,
                            "grad_norm": 1.0, "entropy": np.linspace(0.5, 0.4, 20), "response_len_mean": 20.0,
-                           "reward_mean": 0.5, "engine": "row", "guard_active": False})
+                           "reward_mean": 0.5, "engine": "row", "guard_active": False,
+                           "rejected_d_n": np.nan})
         if "guard" in r:
             st = st.assign(guard_active=GUARD_SPAN, engine=np.where(GUARD_SPAN, r["guard"]["action"], "row"),
                            step_s=np.where(GUARD_SPAN, 0.12, 0.1))
@@ -400,6 +402,20 @@ def test_findings_count_candidates_name_the_rl_criterion_and_the_kv_shares(analy
     k = kv.set_index(["mode", "layer", "part"])
     share = k.loc[("only", 0, "kv"), "d_hat"] / k.loc[("all", -1, "kv"), "d_hat"]
     assert f"layer 0 alone {scorecard.pct(share)} of every layer's D̂" in scorecard.claim_kv(kv).toy
+
+
+def test_the_guard_figure_draws_rejected_batches_and_a_run_that_never_trained_its_engine(analysis, tmp_path):
+    """A guard that rejects: the figure marks the discarded batches' d_n, and a guarded run with no step trained on its
+    own engine (cheap_over_fallback NaN: every batch of it rejected) renders without the unguarded row's open marker."""
+    a = tmp_path / "analysis"
+    shutil.copytree(analysis, a)
+    g = store.read_table(a / "guard.parquet")
+    store.write_table(g.assign(cheap_over_fallback=np.nan, reject=True), a / "guard.parquet")
+    st = store.read_table(a / "steps.parquet")
+    starts = (st["config"] == "n1-guard") & st["step"].isin([4, 14])
+    store.write_table(st.assign(rejected_d_n=np.where(starts, 0.3, np.nan)), a / "steps.parquet", store.STEPS)
+    out = render(a, tmp_path, next(o for o in O.OUTPUTS if o.kind == "figure" and o.name == "guard"))
+    assert Path(out.png).stat().st_size > 0
 
 
 def test_rl_spread_counts_the_factors_in_seed_sds():

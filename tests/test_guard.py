@@ -1,14 +1,21 @@
 """The mismatch guard's state machine (opd.guard): its back-off bound, its lag, its checkpointed state,
-and no false alarm on the standard engine's committed runs."""
+no false alarm on the standard engine's committed runs, and a guard that rejects the batch that crosses (its
+state machine, its validation, and tiny-backend runs: D within its line, the batches recorded, deterministic,
+resumed exactly)."""
 import glob
+import math
 
+import numpy as np
+import pandas as pd
 import pytest
+import torch
 
 from opd import config as C
 from opd import store
 from opd.guard import GuardState, max_activations
 from opd.rows import Guard, Row
 from opd.spec import Experiment
+from test_tiny import STUDENT, TIMING, spec
 
 
 def drive(g: GuardState, d, steps: int) -> GuardState:
@@ -105,3 +112,149 @@ def test_what_each_action_keeps_of_the_row_engine(action, numerics, staleness):
     stale = Row(name="s", staleness=4, guard=g)
     assert quant_stale.guard_falls_back_to_standard == (not numerics and not staleness)
     assert stale.guard_falls_back_to_standard == (not staleness)
+
+
+# ---------------------------------------------------------------- reject: the guard acts on the step that crosses
+
+@pytest.mark.parametrize("lag", [0, 2])
+def test_a_guard_that_rejects_starts_its_span_at_the_step_that_crossed(lag):
+    """reject: the span starts at the crossing step itself (its batch is discarded and the step sampled again), so
+    an engine past the line on every step has no step trained on its batches; the back-off is unchanged (each
+    re-trigger at the step the last span ended). A single burst: the span [5, 15) where without reject it is
+    [6, 16) (flush) or [6 + lag, 16 + lag)."""
+    g = drive(GuardState(d_max=0.01, window=1, action="fallback", cooldown=10, lag=lag, flush=bool(lag), reject=True,
+                         cap=100), lambda n: 1.0, 100)
+    assert g.spans == [(0, 10), (10, 30), (30, 70), (70, 150)]
+    assert [n for n in range(100) if not g.active(n)] == []
+    burst = lambda n: 1.0 if n == 5 else 0.0  # noqa: E731
+    for reject, flush, start in ((True, bool(lag), 5), (False, True, 6), (False, False, 6 + lag)):
+        g = drive(GuardState(d_max=0.01, window=1, action="sync", cooldown=10, lag=lag, flush=flush, reject=reject,
+                             cap=100), burst, 100)
+        assert g.spans == [(start, start + 10)], (reject, flush)
+    state = GuardState(d_max=0.01, window=1, action="sync", cooldown=10, reject=True).state()
+    assert state["reject"] is True and GuardState.from_state(state).reject
+    del state["reject"]  # a checkpoint written before `reject` existed
+    assert GuardState.from_state(state).reject is False
+
+
+def test_reject_is_written_into_a_spec_only_where_set_and_validated_naming_row_and_field():
+    """`reject` defaults to false and is written only where set (the guarded rows trained before it keep their specs:
+    tests/test_spec.py checks the committed ones); it needs window 1, and on a stale row flush; verl refuses it."""
+    from opd.backends.verl import plan
+    assert "reject" not in Guard(d_max=0.01, window=1, action="sync", cooldown=10).as_dict()
+    assert Guard(d_max=0.01, window=1, action="fallback", cooldown=10, reject=True).as_dict()["reject"] is True
+    assert all(e.guard(r).reject for e in [Experiment.of(C.load(), "lean")] for r in e.rows if r.guard)
+    assert not any(r.guard.reject for r in Experiment.of(C.load(), "toy").rows if r.guard)
+    for row, said in (({"name": "noise-guard-w2", "noise_sigma": 0.15, "guard": {
+                           "d_max": 0.004, "window": 2, "action": "fallback", "cooldown": 10, "reject": True}},
+                       r"noise-guard-w2.*'guard.reject'.*window 2.*needs window 1"),
+                      ({"name": "stale-guard-noflush", "staleness": 4, "guard": {
+                           "d_max": 0.004, "window": 1, "action": "sync", "cooldown": 10, "reject": True}},
+                       r"stale-guard-noflush.*'guard.reject'.*staleness 4.*flush: true")):
+        cfg = C.load()
+        cfg["experiments"]["toy"]["rows"].append(row)
+        with pytest.raises(C.ConfigError, match=said):
+            C.validate(cfg)
+    row = {"name": "n", "noise_sigma": 0.1,
+           "guard": {"d_max": 0.004, "window": 1, "action": "fallback", "cooldown": 10, "reject": True}}
+    assert any(e.startswith("guard.reject:") for e in plan.errors(row, C.load()["experiments"]["toy"]))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    from opd.backends.tiny.sft import train_base
+    out = tmp_path_factory.mktemp("base")
+    train_base(STUDENT, task_seed=0, seed=0, out_dir=out)
+    return out
+
+
+FAR = {"name": "g", "noise_sigma": 1.0}  # on the test's student: d_n 0.15-0.33 on every step, BF16's |d_n| < 3e-4
+D_MAX = 0.004
+
+
+def far_spec(base, reject=True, row=FAR, steps=12, **guard):
+    return {**spec(base, row, steps=steps, eval_every=0),
+            "guard": {"d_max": D_MAX, "window": 1, "action": "fallback", "cooldown": 2,
+                      **({"reject": True} if reject else {}), **guard}}
+
+
+def test_a_guard_that_rejects_keeps_D_within_its_line_on_an_engine_always_far_past_it(base, tmp_path):
+    """Issue 43's promise (config.yaml, lean's guard rows): a guarded run's D (its mean d_n over the batches trained
+    on) within 1.25x its d_max, on an engine whose every step is ~50x past it. Without reject the crossing batch of
+    each activation is trained on (steps 0, 3 and 8) and D is ~15x d_max; with it those batches are discarded and
+    recorded (steps 0, 2 and 6: the spans [0, 2), [2, 6), [6, 14)), and every step trains on the fallback's batch."""
+    from opd.backends.tiny.trainer import train_run
+    train_run(far_spec(base, reject=False), tmp_path / "old")
+    train_run(far_spec(base), tmp_path / "new")
+    old, new = (store.read_table(tmp_path / d / "steps.parquet").set_index("step") for d in ("old", "new"))
+    assert old.index[~old["guard_active"]].tolist() == [0, 3, 8] and old["rejected_d_n"].isna().all()
+    assert old["d_n"].mean() > 5 * D_MAX
+    assert new["guard_active"].all() and set(new["engine"]) == {"fallback"}
+    rejected = new["rejected_d_n"].dropna()
+    assert rejected.index.tolist() == [0, 2, 6] and (rejected > 20 * D_MAX).all()
+    assert rejected[0] == old.loc[0, "d_n"]  # the same batch as the old run's step 0, measured the same way
+    assert (new["staleness"] == 0).all() and (new["engine_version"] == new.index).all()
+    D = new["d_n"].mean()
+    assert D <= 1.25 * D_MAX and new["d_n"].abs().max() < 1e-3, D
+    print(f"D / d_max: rejecting {D / D_MAX:.3f}, not rejecting {old['d_n'].mean() / D_MAX:.1f}")
+
+
+def test_a_stale_guard_that_rejects_resamples_the_step_with_the_actions_engine(base, tmp_path):
+    """On a stale row (k = 2, flush): step n is sampled again at version n (sync) or n - k (fallback_numerics), the
+    batches in flight discarded with the rejected one; the row's engine never trains."""
+    from opd.backends.tiny.trainer import train_run
+    for action, stale in (("sync", 0), ("fallback_numerics", 2)):
+        train_run(far_spec(base, row={**FAR, "staleness": 2}, action=action, flush=True), tmp_path / action)
+        st = store.read_table(tmp_path / action / "steps.parquet").set_index("step")
+        assert set(st["engine"]) == {action} and st["rejected_d_n"].dropna().index.tolist() == [0, 2, 6]
+        assert (st["staleness"] == np.minimum(st.index, stale)).all(), action
+
+
+def test_a_guard_that_rejects_is_deterministic_and_resumes_exactly_after_a_rejection(base, tmp_path):
+    """Two straight runs are identical (whatever the rollout thread's timing), and a run killed after step 7 resumes
+    from the checkpoint of step 6 (written after the rejections at steps 0 and 2: it holds them and their spans),
+    rejects again at step 6 and gives the straight run's outputs. A stale row, so the worker samples ahead and is
+    restarted at each rejection."""
+    from opd.backends.tiny.trainer import train_run
+    s = far_spec(base, row={**FAR, "staleness": 2}, action="sync", flush=True)
+    s["settings"].update(eval_every=4, checkpoint_every=3)
+
+    class Crash(Exception):
+        pass
+
+    def crash(n, total, out):
+        if n == 8:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train_run(s, tmp_path / "run", progress=crash)
+    ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert ck["step"] == 6 and ck["guard"]["spans"] == [[0, 2], [2, 6]]
+    assert [r["step"] for r in ck["steps_rows"] if not math.isnan(r["rejected_d_n"])] == [0, 2]
+    train_run(s, tmp_path / "run")
+    for d in ("a", "b"):
+        train_run(s, tmp_path / d)
+    a, b, resumed = (store.read_table(tmp_path / d / "steps.parquet").drop(columns=TIMING) for d in ("a", "b", "run"))
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(resumed, a)
+    assert resumed["rejected_d_n"].notna().sum() == 3
+    held = [store.read_table(tmp_path / d / "heldout.parquet") for d in ("a", "run")]
+    pd.testing.assert_frame_equal(*held)
+
+
+def test_the_guard_record_counts_a_rejected_step_as_the_fallbacks():
+    """workflow/scripts/guard_analysis.per_run: a step whose row-engine batch was rejected is a fallback step (the
+    cheap engine's share counts only the steps trained on its batches) and is left out of the fallback's tokens/s
+    (its wall time holds both rollouts); the run's rejected batches are counted."""
+    import importlib.util
+    from opd.config import ROOT
+    sp = importlib.util.spec_from_file_location("guard_analysis", ROOT / "workflow/scripts/guard_analysis.py")
+    mod = importlib.util.module_from_spec(sp)
+    sp.loader.exec_module(mod)
+    st = pd.DataFrame({"run_id": "r", "step": range(6), "trained_tokens": 100,
+                       "step_s": [1.0, 3.0, 2.0, 2.0, 1.0, 3.0],
+                       "guard_active": [False, True, True, False, False, True],
+                       "rejected_d_n": [np.nan, 0.3, np.nan, np.nan, np.nan, 0.2]})
+    r = mod.per_run(st).iloc[0]
+    assert r["cheap_share"] == pytest.approx(0.5) and r["activations"] == 2 and r["rejected"] == 2
+    assert r["fallback_tokens_per_s"] == pytest.approx(50.0) and r["cheap_tokens_per_s"] == pytest.approx(75.0)

@@ -296,12 +296,13 @@ def test_heldout_entropy_is_optional_kept_when_written_and_checked_when_present(
 
 def test_the_guard_columns_read_back_with_their_defaults_from_an_older_file_and_are_checked_when_present(tmp_path):
     """steps.parquet files written before the mismatch guard's columns (store.ADDED) read back as the row's
-    engine, guard inactive; a file that has them is type-checked like every column."""
+    engine, guard inactive, no batch rejected; a file that has them is type-checked like every column."""
     old = tmp_path / "old" / "steps.parquet"
     old.parent.mkdir()
     store.write_table(steps_frame().drop(columns=list(store.ADDED)), old)
     back = store.read_table(old)
     assert back["engine"].tolist() == ["row"] * 3 and back["guard_active"].tolist() == [False] * 3
+    assert back["rejected_d_n"].isna().all()
     bad = tmp_path / "bad" / "steps.parquet"
     bad.parent.mkdir()
     store.write_table(steps_frame().assign(guard_active=[0.5, 0.5, 0.5]), bad)

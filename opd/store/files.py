@@ -24,14 +24,15 @@ STEPS = pa.schema({**_ID, "d_n": pa.float64(), "seq_logratio_p90": pa.float64(),
                    "wait_s": pa.float64(), "staleness": pa.int64(), "policy_version": pa.int64(),
                    "engine_version": pa.int64(), "loss": pa.float64(), "grad_norm": pa.float64(),
                    "entropy": pa.float64(), "response_len_mean": pa.float64(), "reward_mean": pa.float64(),
-                   "engine": pa.string(), "guard_active": pa.bool_()}.items())
+                   "engine": pa.string(), "guard_active": pa.bool_(), "rejected_d_n": pa.float64()}.items())
 HELDOUT = pa.schema({**_ID, "prompt_id": pa.int64(), "kl": pa.float64(), "kl_sampled": pa.float64(),
                      "n_tokens": pa.int64(), "correct": pa.float64()}.items())
 SCHEMAS = {"steps.parquet": STEPS, "heldout.parquet": HELDOUT}
 # Columns added to the contract after runs were committed, with the value a file written before them
 # reads back with (the mismatch guard's: which engine rolled the step out, ROW_ENGINE or the guard's action,
-# and whether the guard was active). Writers write them.
-ADDED = {"engine": ROW_ENGINE, "guard_active": False}
+# whether the guard was active, and the d_n of the row engine's batch a guard that rejects discarded on that step,
+# NaN where none was). Writers write them.
+ADDED = {"engine": ROW_ENGINE, "guard_active": False, "rejected_d_n": float("nan")}
 # Columns a writer may add and a reader checks when present (runs written before the column existed, or by
 # a backend that does not measure it, lack it): heldout's `entropy` is the mean per-token entropy of the
 # policy on its own held-out responses (the tiny backend; the RL collapse rule reads it).

@@ -1,10 +1,12 @@
-"""The mismatch guard: (a) d_n per step of each guarded row's first seed, its activations shaded, beside
-the same engine unguarded and the guard's line; (b) Delta against trained tokens/s (ratio to the standard
-engine) for guarded, unguarded and the standard engine, an arrow from each unguarded row to its guarded one.
+"""The mismatch guard: (a) d_n per step of each guarded row's first seed, its activations shaded and the batches
+it rejected marked, beside the same engine unguarded and the guard's line; (b) Delta against trained tokens/s
+(ratio to the standard engine) for guarded, unguarded and the standard engine, an arrow from each unguarded row to
+its guarded one.
 Throughput in (b) is measured inside the guarded runs (one job): the whole run's and its cheap-engine steps'
 tokens/s over its fallback steps', so (b) shows the rows whose fallback is the standard engine. The open marker
 (unguarded) is the unguarded row's Delta at the tokens/s its engine reached inside the guarded run (the guarded
-run's own cheap-engine steps), not a throughput measured in the unguarded run's job."""
+run's own cheap-engine steps), not a throughput measured in the unguarded run's job; a guarded run that trained
+on no batch of its own engine (every one rejected) measured none, and has no open marker."""
 import numpy as np
 
 from opd import report, scripts, store
@@ -32,6 +34,10 @@ def main(inp, out, params):
         if len(plain):
             ax.plot(plain["step"], plain["d_n"], color="#bbbbbb", lw=0.7, label="the same engine unguarded")
         ax.plot(mine["step"], mine["d_n"], color=report.SERIES_COLORS[0], lw=0.8, label="guarded run")
+        rejected = mine[mine["rejected_d_n"].notna()]
+        if len(rejected):  # the row engine's batches that crossed, discarded (reject): not trained on
+            ax.scatter(rejected["step"], rejected["rejected_d_n"], marker="x", s=8, lw=0.6, color=report.FAIL_COLOR,
+                       label="batch rejected (not trained on)", zorder=3)
         ax.axhline(r.d_max, color=report.FAIL_COLOR, ls="--", lw=0.6, label="the guard's line d_max")
         report.include_reference(ax, 0.0)
         ax.set_title(f"{r.config}, {r.student} s{seed}: {r.action}, {r.cheap_share:.0%} cheap", fontsize=6.5)
@@ -56,8 +62,9 @@ def main(inp, out, params):
         c = report.SERIES_COLORS[i % len(report.SERIES_COLORS)]
         gx, gy = r.run_over_fallback, 100 * r.delta
         ax.scatter([gx], [gy], color=c, marker="o", s=16, zorder=3, label=f"{r.config} ({r.verdict_seeds})")
-        if r.unguarded is not None and np.isfinite(r.unguarded_delta):
-            ux, uy = r.cheap_over_fallback, 100 * r.unguarded_delta
+        ux = r.cheap_over_fallback  # NaN where the guarded run trained on no batch of its own engine (reject)
+        if r.unguarded is not None and np.isfinite(r.unguarded_delta) and np.isfinite(ux) and np.isfinite(gx):
+            uy = 100 * r.unguarded_delta
             ax.scatter([ux], [uy], facecolors="none", edgecolors=c, marker="o", s=16, zorder=3)
             ax.annotate("", xy=(gx, gy), xytext=(ux, uy), arrowprops={"arrowstyle": "->", "color": c, "lw": 0.6})
         ax.errorbar([gx], [gy], yerr=[[100 * (r.delta - r.ci_lo_seeds)], [100 * (r.ci_hi_seeds - r.delta)]],

@@ -1,6 +1,8 @@
 """The mismatch guard's record (analysis stage), from the runs' steps and the verdicts alone: per guarded row
 and student, its Delta against the baseline with the seed-aware interval and verdict next to the same engine
-unguarded; the share of steps the cheap engine (the row's own) rolled out; the guard's activations; inside
+unguarded; the share of steps the cheap engine (the row's own) rolled out and got trained on (a step whose batch a
+guard that rejects discarded counts as a fallback step: it was rolled out twice, and the action's batch trained
+on); the guard's activations and rejected batches; inside
 each guarded run, measured in one job: the cheap engine's tokens/s over the fallback's and the whole run's over
 the fallback's, which are ratios to the standard engine where the fallback is the standard engine
 (Row.guard_falls_back_to_standard); and the false alarms: each guard replayed over the standard engine's runs.
@@ -23,14 +25,19 @@ def tokens_per_s(st: pd.DataFrame) -> float:
 
 
 def per_run(st: pd.DataFrame) -> pd.DataFrame:
-    """Per run: tokens/s, the share of its steps on the row's engine, the guard's activations (spans started)."""
+    """Per run: tokens/s, the share of its steps trained on the row's engine's batches, the guard's activations
+    (spans started) and rejected batches (steps whose row-engine batch was discarded: guard-active steps, their wall
+    time both rollouts'). The fallback's tokens/s is over the guard-active steps without a rejection (the
+    action's engine alone); the whole run's includes the rejected batches' cost."""
     out = []
     for rid, s in st.sort_values("step").groupby("run_id"):
         active = s["guard_active"].to_numpy(bool)
+        rejected = s["rejected_d_n"].notna().to_numpy()
         starts = int(np.sum(active & ~np.r_[False, active[:-1]]))
         out.append({"run_id": rid, "tokens_per_s": tokens_per_s(s), "cheap_share": float(1 - active.mean()),
-                    "activations": starts, "cheap_tokens_per_s": tokens_per_s(s[~s["guard_active"]]),
-                    "fallback_tokens_per_s": tokens_per_s(s[s["guard_active"]])})
+                    "activations": starts, "rejected": int(rejected.sum()),
+                    "cheap_tokens_per_s": tokens_per_s(s[~active]),
+                    "fallback_tokens_per_s": tokens_per_s(s[active & ~rejected])})
     return pd.DataFrame(out)
 
 
@@ -62,8 +69,10 @@ def guard_record(steps: pd.DataFrame, verdicts: pd.DataFrame, rows: list[Row], b
             alarms, worst = false_alarms(spec, base)
             rec = {"student": student, "config": g.name, "unguarded": plain.name if plain else None,
                    "action": spec.action, "d_max": spec.d_max, "window": spec.window, "cooldown": spec.cooldown,
-                   "flush": spec.flush, "n_runs": len(runs), "cheap_share": runs["cheap_share"].mean(),
+                   "flush": spec.flush, "reject": spec.reject, "n_runs": len(runs),
+                   "cheap_share": runs["cheap_share"].mean(),
                    "activations": runs["activations"].mean(), "activations_max": int(runs["activations"].max()),
+                   "rejected": runs["rejected"].mean(),
                    "tokens_per_s": runs["tokens_per_s"].mean(),
                    "cross_job_ratio": runs["tokens_per_s"].mean() / base_tps,
                    "cheap_over_fallback": (runs["cheap_tokens_per_s"] / runs["fallback_tokens_per_s"]).mean(),

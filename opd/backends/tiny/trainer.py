@@ -5,6 +5,8 @@ teacher scores them, and the update is the policy gradient with A_t = log p_T - 
 Rollout runs in its own thread, so with staleness k > 0 it overlaps training as in asynchronous RL:
 the batch for step n is sampled with exactly the weights of policy version n - k (k = 0 is synchronous).
 Every random draw is seeded by (seed, step), so a resumed run repeats exactly what the killed one did.
+Each step scores its batch (the log-probs and d_n) before its optimizer step, so a mismatch guard that rejects
+(opd.guard) can discard a batch that crosses its line and train on the action's batch of the same step instead.
 """
 from __future__ import annotations
 
@@ -168,6 +170,26 @@ class Rollouts:
     staleness: int
 
 
+class Batch(NamedTuple):
+    """One step's rollout, as the worker hands it over."""
+    step: int
+    idx: np.ndarray  # the problems, one per response
+    roll: Rollout
+    sync_s: float  # weight sync
+    rollout_s: float
+    engine: str  # opd.guard.ROW_ENGINE or the guard's action
+
+
+def next_batch(worker: "RolloutWorker", n: int) -> tuple[Batch, float]:
+    """Step n's batch from the worker, and the seconds waited for it (re-raises the worker's failure)."""
+    t = time.perf_counter()
+    item = worker.out.get()
+    if isinstance(item, BaseException):
+        raise item
+    assert item.step == n, (item.step, n)
+    return item, time.perf_counter() - t
+
+
 class RolloutWorker(threading.Thread):
     """Samples the batch of step n with policy version n - k as soon as that version exists (`state.versions`,
     read under `cond`). With a guard (`state.guard`, opd.guard.GuardState, read under `cond`), a step the guard
@@ -175,10 +197,9 @@ class RolloutWorker(threading.Thread):
     (`rule.keeps_numerics`, opd.rows.Guard), else the standard BF16 engine, at version n - k where it keeps the
     row's staleness (`rule.keeps_staleness`), else at version n (synchronous): `fallback` BF16 at n, `sync` the
     row's numerics at n, `fallback_numerics` BF16 at n - k. Version n - k exists only once step n - k - 1 was
-    observed, so the guard's decision for step n never depends on timing (a guard that flushes changes the
+    observed, so the guard's decision for step n never depends on timing (a guard that flushes or rejects changes the
     decision for steps already sampled: the trainer then discards this worker and starts another, `restart`). Puts
-    (step, problem indices, rollout, weight-sync seconds, rollout seconds, engine) in `out`, k + 1 at most ahead,
-    or the exception that stopped it."""
+    each step's Batch in `out`, k + 1 at most ahead, or the exception that stopped it."""
 
     def __init__(self, rollouts: Rollouts, state: "RunState", cond: threading.Condition, start: int):
         super().__init__(daemon=True)
@@ -204,8 +225,8 @@ class RolloutWorker(threading.Thread):
         return dropped
 
     def restart(self, start: int) -> "RolloutWorker":
-        """A guard that flushes acted: this worker's rollouts for steps >= `start` were decided before it did. Stop
-        it, discard them and return a new worker that samples from `start` on with the guard's new span."""
+        """A guard that flushes or rejects acted: this worker's rollouts for steps >= `start` were decided before it
+        did. Stop it, discard them and return a new worker that samples from `start` on with the guard's new span."""
         self.halt()
         worker = RolloutWorker(self.r, self.state, self.cond, start=start)
         worker.start()
@@ -233,7 +254,7 @@ class RolloutWorker(threading.Thread):
                 idx = np.repeat(rng.choice(len(r.train), r.settings.prompts_per_step, replace=False),
                                 r.settings.responses_per_prompt)
                 roll = engine.generate(r.train.prompts(idx), step_generator(r.seed, n, 2))
-                self.out.put((n, idx, roll, sync, time.perf_counter() - t, kind))
+                self.out.put(Batch(n, idx, roll, sync, time.perf_counter() - t, kind))
         except BaseException as e:  # surface the failure in the trainer thread
             self.out.put(e)
 
@@ -287,18 +308,23 @@ class RunState:
             self.heldout_rows.append({"step": step, **heldout_eval(self.student, teacher, heldout, s, 0, step)})
             self.student.train()
 
-    def advance(self, n: int, d_n: float, keep, staleness: int) -> Span | None:
-        """Step n is done (call under the rollout's condition): the guard sees its d_n before version n + 1
-        exists (the rollout of step n + 1 + k waits on it), version n + 1 is stored (and kept where asked), and
-        versions no rollout can still need are dropped. Returns the guard's activation at step n, if any."""
-        span = self.guard.observe(n, d_n) if self.guard is not None else None
+    def observe(self, n: int, d_n: float) -> Span | None:
+        """The guard sees step n's d_n, measured before its optimizer step (call under the rollout's condition);
+        returns its activation at step n, if any. The outcome never depends on the threads' timing: a span that
+        starts at n + 1 + k (no flush, no reject) covers only rollouts that wait on version n + 1, which does not
+        exist yet; one that starts at n + 1 (flush) or n (reject) is where the trainer restarts the rollout,
+        discarding whatever was decided before."""
+        return self.guard.observe(n, d_n) if self.guard is not None else None
+
+    def advance(self, n: int, keep, staleness: int) -> None:
+        """Step n is done (call under the rollout's condition): version n + 1 is stored (and kept where asked),
+        and versions no rollout can still need are dropped."""
         self.versions[n + 1] = clone_state(self.student)
         if n + 1 in keep:
             self.kept[n + 1] = self.versions[n + 1]
         for old in [v for v in self.versions if v < n + 1 - staleness]:
             del self.versions[old]
         self.step = n + 1
-        return span
 
 
 def train_job(spec: TrainSpec | Mapping, out_dir: Path, progress=None) -> dict:
@@ -354,29 +380,40 @@ def train_run(spec: TrainSpec | Mapping, out_dir: Path, progress=None, keep=()) 
     try:
         for n in range(state.step, s.steps):
             state.evaluate(n, teacher, heldout, s)
-            # wait for step n's batch (sampled by version n - k)
+            # wait for step n's batch (sampled by version n - k); score it: log-probs and d_n, before any update
             t_step = time.perf_counter()
-            item = worker.out.get()
-            wait = time.perf_counter() - t_step
-            if isinstance(item, BaseException):
-                raise item
-            n_got, idx, roll, sync, rollout_s, kind = item
-            assert n_got == n, (n_got, n)
+            batch, wait = next_batch(worker, n)
+            scored = score(student, teacher, batch.roll, row.algorithm)
+            # the guard sees d_n (only its row's engine's steps count), under the condition the rollout decides with
+            with cond:
+                span = state.observe(n, scored.d_n)
+            # a guard that rejects: the batch that crossed is not trained on; step n again, from the action's engine
+            # (the batches sampled after it, for steps inside the span, are discarded with it)
+            rejected_d_n = float("nan")
+            if span is not None and state.guard.reject:
+                rejected_d_n = scored.d_n
+                worker = worker.restart(n)
+                batch, wait_again = next_batch(worker, n)
+                wait += wait_again
+                scored = score(student, teacher, batch.roll, row.algorithm)
             # one optimizer step at this step's learning rate
             for group in state.opt.param_groups:
                 group["lr"] = s.lr_at(n)
-            measured = update(student, teacher, state.opt, roll, idx, train, row.algorithm, row.variant, s)
-            # version n + 1 exists: the guard has seen d_n, the rollout may go on
+            measured = update(student, state.opt, batch.roll, scored, batch.idx, train, row.algorithm, row.variant, s)
+            # version n + 1 exists: the rollout may go on
             with cond:
-                span = state.advance(n, measured["d_n"], keep, k)
+                state.advance(n, keep, k)
                 cond.notify_all()
-            if span is not None and state.guard.flush:  # the batches sampled ahead were decided before it acted
+            # a guard that flushes: the batches sampled ahead were decided before it acted
+            if span is not None and state.guard.flush and not state.guard.reject:
                 worker = worker.restart(n + 1)
             # log the step; checkpoint
+            roll = batch.roll
             state.steps_rows.append({"step": n, **measured, "staleness": n - roll.version, "policy_version": n,
-                                     "engine_version": roll.version, "rollout_s": rollout_s, "weight_sync_s": sync,
-                                     "wait_s": wait, "step_s": time.perf_counter() - t_step, "engine": kind,
-                                     "guard_active": kind != ROW_ENGINE})
+                                     "engine_version": roll.version, "rollout_s": batch.rollout_s,
+                                     "weight_sync_s": batch.sync_s, "wait_s": wait,
+                                     "step_s": time.perf_counter() - t_step, "engine": batch.engine,
+                                     "guard_active": batch.engine != ROW_ENGINE, "rejected_d_n": rejected_d_n})
             if progress:
                 progress(n + 1, s.steps, measured)
             if (n + 1) % s.checkpoint_every == 0 and n + 1 < s.steps:
@@ -396,20 +433,41 @@ def clone_state(model: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def update(student, teacher, opt, roll: Rollout, idx, train: Problems, algorithm, variant, s: Settings) -> dict:
-    """One optimizer step on one rollout batch; returns the step's measurements."""
+class Scored(NamedTuple):
+    """A batch scored before the optimizer step: what the update needs and its mismatch."""
+    lp: torch.Tensor  # the student's log-probs of the sampled tokens (B, R), with gradient
+    full: torch.Tensor  # the student's full-vocabulary log-probs (B, R, V)
+    lp_teacher: torch.Tensor | None  # the teacher's (opd), without gradient
+    d_n: float
+    seq_logratio_p90: float
+    teacher_s: float
+    student_s: float  # the student's forward pass (part of train_s)
+
+
+def score(student, teacher, roll: Rollout, algorithm: str) -> Scored:
+    """The teacher's (OPD) and the student's log-probs of a batch under the current weights, and its mismatch d_n:
+    all a guard needs to reject the batch before it is trained on."""
     t = time.perf_counter()
     teacher_s = 0.0
+    lp_t = None
     if algorithm == "opd":
         with torch.no_grad():
             lp_t, _ = token_logprobs(teacher, roll)
         teacher_s = time.perf_counter() - t
-    else:
-        lp_t = None
     t = time.perf_counter()
     lp, full = token_logprobs(student, roll)
+    student_s = time.perf_counter() - t
+    d_n, p90 = mismatch(roll.logprobs, lp, roll.mask)
+    return Scored(lp, full, lp_t, d_n, p90, teacher_s, student_s)
+
+
+def update(student, opt, roll: Rollout, scored: Scored, idx, train: Problems, algorithm, variant,
+           s: Settings) -> dict:
+    """One optimizer step on one scored rollout batch; returns the step's measurements."""
+    t = time.perf_counter()
+    lp, full = scored.lp, scored.full
     rewards = train.rewards(idx, roll.responses)
-    adv, weight = advantages(algorithm, variant, lp, lp_t, roll.logprobs, roll.mask, rewards,
+    adv, weight = advantages(algorithm, variant, lp, scored.lp_teacher, roll.logprobs, roll.mask, rewards,
                              s.responses_per_prompt, s)
     n_tok = roll.mask.sum()
     loss = -(adv * weight * lp).sum() / n_tok
@@ -417,15 +475,14 @@ def update(student, teacher, opt, roll: Rollout, idx, train: Problems, algorithm
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(student.parameters(), float("inf"))
     opt.step()
-    train_s = time.perf_counter() - t
-    d_n, p90 = mismatch(roll.logprobs, lp, roll.mask)
+    train_s = scored.student_s + time.perf_counter() - t
     with torch.no_grad():
         m = roll.mask.float()
         entropy = float(-(full.exp() * full).sum(-1).mul(m).sum() / m.sum())
-    return {"d_n": d_n, "seq_logratio_p90": p90, "n_tokens": int(n_tok), "trained_tokens": int(n_tok),
-            "teacher_s": teacher_s, "train_s": train_s, "loss": float(loss.detach()), "grad_norm": float(grad_norm),
-            "entropy": entropy, "response_len_mean": float(roll.mask.sum(1).float().mean()),
-            "reward_mean": float(np.mean(rewards))}
+    return {"d_n": scored.d_n, "seq_logratio_p90": scored.seq_logratio_p90, "n_tokens": int(n_tok),
+            "trained_tokens": int(n_tok), "teacher_s": scored.teacher_s, "train_s": train_s,
+            "loss": float(loss.detach()), "grad_norm": float(grad_norm), "entropy": entropy,
+            "response_len_mean": float(roll.mask.sum(1).float().mean()), "reward_mean": float(np.mean(rewards))}
 
 
 def write_outputs(spec: TrainSpec, steps_rows: list[dict], heldout_rows: list[dict], out_dir: Path) -> None:

@@ -47,6 +47,8 @@ Mapping:
   engine, guard_active  with a guard: the weight-sync hook's decision for the step (`guard_log`, GUARD_LOG in
                     the run folder: the engine of the first step each sync serves, for the k steps it serves),
                     else the row's engine and False
+  rejected_d_n      NaN: verl's guard cannot reject a batch (plan.errors refuses guard.reject), every batch it
+                    samples is trained on
 Validation-only lines are skipped. verl's file logger truncates its file when it starts, so each attempt of
 a run (a requeued job resumes from verl's last checkpoint) logs to its own file, `verl.<attempt>.jsonl`
 (`attempt_log`); `parse` reads them in attempt order and a step logged again after a resume keeps its last
@@ -172,7 +174,7 @@ def parse(jsonl: Path | list[Path], run_id: str, config: str, student: str, seed
             "loss": g("actor/distillation/loss", g("actor/pg_loss")), "grad_norm": g("actor/grad_norm"),
             "entropy": g("actor/entropy"), "response_len_mean": g("response_length/mean"),
             "reward_mean": g("critic/score/mean"), "engine": engines.get(step, ROW_ENGINE),
-            "guard_active": engines.get(step, ROW_ENGINE) != ROW_ENGINE,
+            "guard_active": engines.get(step, ROW_ENGINE) != ROW_ENGINE, "rejected_d_n": math.nan,
         })
         prev_step = step
     return pd.DataFrame(rows)

@@ -154,6 +154,10 @@ def errors(row: dict, experiment: dict) -> list[str]:
         out.append(f"guard: with staleness {r.staleness} verl's fully-async trainer logs one record per parameter "
                    f"version ({r.staleness} steps), so the weight-sync hook would count the guard's window and lag in "
                    f"versions, not steps; not built for verl: use the tiny backend, or a guard on a k = 0 row")
+    if g is not None and g.reject:
+        out.append("guard.reject: verl's trainer updates on a batch before its d_n is logged, and the weight-sync hook "
+                   "reads d_n from that log (one step late, hook.GUARD_LAG): it cannot discard the batch that crosses "
+                   "(its guard acts from the steps after it, as without reject); drop reject, or use the tiny backend")
     if g is not None and (r.kv_cache != "none" or native_quantization(r) or r.activations != "none"):
         out.append("guard: the row's KV-cache dtype and vLLM quantization are engine arguments fixed when vLLM starts; "
                    "the weight-sync hook can switch only the numerics it applies itself (emulated weights, noise)")
