@@ -60,8 +60,8 @@ DISTANCE = ("- **Distance from the teacher (a discriminating control).** {near} 
             "{n_apart}; the verdict changes on {n_changed}{changed}.")
 GUARD = ("- **Mismatch guard** ({student}, d_max = {d_max}, window {window}, cooldown {cooldown} doubling on "
          "re-trigger; [tables/guard.md](tables/guard.md)): {n_pass} of {rows} pass (Δ {deltas}), their D "
-         "at {ratios}x d_max; {n_twin_fail} of their unguarded twins fail. {cheap} of steps ran on the cheap engine, "
-         "{acts} activations per run. Replayed over the standard engine's {runs} runs the guards fire {alarms} times.")
+         "at {ratios}x d_max; {n_twin_fail} of their unguarded twins fail. {cheap} of steps trained on the cheap "
+         "engine's batches, {acts} activations per run{rejected}. Replayed over the standard engine's {runs} runs the guards fire {alarms} times.")
 RULE_NAMES = stats.RULE_NAMES
 # The mechanism group (tiny backend: the gradient probes, opd/backends/tiny/probes.py; numbers from
 # analysis/probes.parquet and probes_prefix.parquet). The paper's own numbers come from opd.scorecard, typed once there.
@@ -167,6 +167,8 @@ def guard_sentences(gd: pd.DataFrame) -> list[str]:
                                 ratios=span(t["D_over_d_max"]),
                                 n_twin_fail=int((t["unguarded_verdict_seeds"] == "fail").sum()),
                                 cheap=S.pct_span(t["cheap_share"]), acts=span(t["activations"], lambda v: f"{v:.3g}"),
+                                rejected=(f", {span(t['rejected'], lambda v: f'{v:.3g}')} batches per run rejected at "
+                                          f"the crossing" if t.get("reject", pd.Series(False)).any() else ""),
                                 runs=int(t["baseline_runs"].iloc[0]), alarms=int(t["baseline_alarms"].sum())))
     return out
 

@@ -449,7 +449,7 @@ def test_guard_record(analysis):
     assert g["unguarded_verdict_seeds"] == v.loc["n1", "verdict_seeds"]
     text = "\n".join(findings.guard_sentences(store.read_table(analysis / "guard.parquet")))
     assert f"{int(g['verdict_seeds'] == 'pass')} of 1 guarded row pass" in text and "fire 0 times" in text
-    assert "40% of steps ran on the cheap engine, 2 activations per run" in text
+    assert "40% of steps trained on the cheap engine's batches, 2 activations per run" in text
     assert f"their D at {scorecard.g(g['D_over_d_max'])}x d_max" in text
 
 

@@ -20,6 +20,7 @@ def main(inp, out, params):
         "unguarded row": g["unguarded"],
         "Δ unguarded % [seed interval]": [interval(r, "unguarded_") for _, r in g.iterrows()],
         "steps on the cheap engine %": 100 * g["cheap_share"],
+        "batches rejected per run": g["rejected"] if "rejected" in g else 0.0,
         "activations per run (max)": [f"{a:.1f} ({m})" for a, m in zip(g["activations"], g["activations_max"])],
         "in-run tokens/s: guarded / fallback": g["run_over_fallback"],
         "in-run tokens/s: cheap / fallback": g["cheap_over_fallback"],
@@ -30,7 +31,8 @@ def main(inp, out, params):
                       caption="The mismatch guard: guarded rows against the same engine unguarded",
                       notes="Δ against the standard engine with the seed-aware interval and verdict. Cheap engine: "
                             "the row's own; the guard falls back for `cooldown` steps (doubling on each re-trigger) "
-                            "when the mean d_n of `window` steps passes d_max. In-run (measured in one job): trained "
+                            "when the mean d_n of `window` steps passes d_max; with `reject`, the batch that crosses is "
+                            "discarded and sampled again by the fallback (batches rejected: a mean per run). In-run (measured in one job): trained "
                             "tokens per wall second of the guarded run, and of its steps on the cheap engine, over its "
                             "steps on the fallback, a ratio to the standard engine where the fallback is BF16 and "
                             "synchronous. No column compares tokens/s across jobs: runs trained at different times "
