@@ -46,13 +46,12 @@ def main(inp, out, params):
         ax.set_xlabel("step")
         ax.set_ylabel("d_n (nats/token)")
     spare = axes[:-1].ravel()[n:]
-    for ax in axes[:-1].ravel()[:n]:  # one legend for these panels (same encoding), in a spare cell if any
-        if not len(spare):
-            report.panel_legend(ax, loc="best", fontsize=5)
-    for ax in spare:
+    for ax in spare:  # one legend for these panels (same encoding): in a spare cell, else above them
         ax.axis("off")
     if len(spare):
         spare[0].legend(*axes[0, 0].get_legend_handles_labels(), loc="center", **report.LEGEND)
+    else:
+        fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside upper center", ncol=3, **report.LEGEND)
     gs = axes[-1, 0].get_gridspec()
     for ax in axes[-1]:
         ax.remove()
@@ -72,7 +71,10 @@ def main(inp, out, params):
     ax.axhline(100 * params.tau, color=report.NEUTRAL, ls="--", lw=0.7, label=f"τ = {params.tau:.0%}")
     ax.axhline(0, color="#bbbbbb", lw=0.5)
     ax.axvline(1, color="#bbbbbb", lw=0.5)
-    report.delta_axis(ax, 100 * np.r_[g["delta"], g["unguarded_delta"].astype(float), g["ci_hi_seeds"]])
+    shown = 100 * np.r_[g["delta"], g["unguarded_delta"].astype(float), g["ci_hi_seeds"]]
+    report.delta_axis(ax, shown)
+    if np.isfinite(shown).any() and np.nanmax(shown) > 100:  # the largest marker inside the axis, not on its edge
+        ax.set_ylim(top=1.5 * np.nanmax(shown))
     ax.set_xlabel("trained tokens/s over the fallback's (BF16) steps, measured inside each guarded run; filled: the whole "
                   "guarded run,\nopen: the unguarded row's Δ at the tokens/s its engine reached inside the guarded run")
     ax.set_ylabel("Δ vs standard engine (%)")
