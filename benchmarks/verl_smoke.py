@@ -501,7 +501,9 @@ def prepare(out: Path) -> None:
     from opd.backends.tiny import model as M
     from opd.backends.verl.data import toy_task
     out.mkdir(parents=True, exist_ok=True)
+    from opd import store
     base = ROOT / "results" / "toy" / "_models" / "qwen-s"
+    store.require_weights(base.relative_to(ROOT), "toy", "benchmarks/verl_smoke.py")
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), out / which)
     toy_task(out)

@@ -371,13 +371,10 @@ def missing_weights(spec) -> str | None:
     """Why a tiny-backend job cannot start: base-model weights its spec names are missing (an experiment may leave
     them uncommitted, and the DAG gives a job the weights only where it decides the job runs: common.smk's
     base_inputs; a job forced to run, -R/--forcerun, has not had them retrained); None where they are there."""
-    missing = [f for f in (getattr(spec, "student_path", None), getattr(spec, "teacher_path", None))
-               if f and not Path(f).exists()]
-    if not missing:
-        return None
-    return (f"{spec.name}: the base-model weights it reads are missing ({', '.join(missing)}; not committed?). Make "
-            f"them first: `snakemake -c 1 {' '.join(missing)} --config experiment={spec.experiment}` retrains them and "
-            f"checks them against their base.json")
+    from opd import store
+    why = store.missing_weights([getattr(spec, "student_path", None), getattr(spec, "teacher_path", None)],
+                                spec.experiment)
+    return f"{spec.name}: {why}" if why else None
 
 
 def _run(p, args, spec, launcher) -> int:

@@ -12,5 +12,5 @@ from opd.store.runs import (
     pinned_weights, check_pinned, quarantine, another_invocation, ledger_path, read_ledger, write_ledger, Found,
     inspect, inspect_all, say_found, unreadable,
     SET_ASIDE, set_aside_root, set_aside_dir, prepare, kept, restore, set_aside_entries, prune_set_aside, PENDING,
-    heal_runs, record_legacy, rewrite_tables, quarantine_log,
+    heal_runs, record_legacy, rewrite_tables, missing_weights, require_weights, quarantine_log,
 )
