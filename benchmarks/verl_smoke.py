@@ -3,7 +3,7 @@ finish in at most 6 minutes on one H100 (BUDGET_S; not yet run on a GPU: the tim
 
     python benchmarks/verl_smoke.py --out /tmp/opd-smoke --gpus 1
 
-The toy experiment's student and teacher (results/toy/_models/qwen-s, exported as Hugging Face Qwen2 checkpoints)
+The default experiment's qwen-s student and teacher (results/lean/_models/qwen-s, committed; exported as Hugging Face Qwen2 checkpoints)
 and the synthetic addition task as verl parquet; then, in order:
 
 1. checks before any GPU work: the NVIDIA driver (site.check_driver), the modules the rows need (cupy for k > 0),
@@ -501,9 +501,7 @@ def prepare(out: Path) -> None:
     from opd.backends.tiny import model as M
     from opd.backends.verl.data import toy_task
     out.mkdir(parents=True, exist_ok=True)
-    from opd import store
-    base = ROOT / "results" / "toy" / "_models" / "qwen-s"
-    store.require_weights(base.relative_to(ROOT), "toy", "benchmarks/verl_smoke.py")
+    base = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy commits no weights): its shape
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), out / which)
     toy_task(out)
