@@ -62,3 +62,15 @@ def compose_paper(tmp: Path) -> dict:
         ov = run_overrides(cfg, r, run_dir=run_dir)
         out[r.run_id] = (cfg, e, r, os.path.abspath(run_dir), ov, compose.compose(ov, entry_point(r.row) == ASYNC_ENTRY))
     return out
+
+
+class Crash(Exception):
+    """A run killed mid-way: raised by crash_at's progress callback."""
+
+
+def crash_at(step: int):
+    """A training run's `progress` callback that kills the run (raises Crash) once `step` steps are done."""
+    def progress(n, total, measured):
+        if n == step:
+            raise Crash
+    return progress

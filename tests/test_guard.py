@@ -15,6 +15,7 @@ from opd import store
 from opd.guard import GuardState, max_activations
 from opd.rows import Guard, Row
 from opd.spec import Experiment
+from helpers import Crash, crash_at
 from test_tiny import STUDENT, TIMING, spec
 
 
@@ -219,15 +220,8 @@ def test_a_guard_that_rejects_is_deterministic_and_resumes_exactly_after_a_rejec
     s = far_spec(base, row={**FAR, "staleness": 2}, action="sync", flush=True)
     s["settings"].update(eval_every=4, checkpoint_every=3)
 
-    class Crash(Exception):
-        pass
-
-    def crash(n, total, out):
-        if n == 8:
-            raise Crash
-
     with pytest.raises(Crash):
-        train_run(s, tmp_path / "run", progress=crash)
+        train_run(s, tmp_path / "run", progress=crash_at(8))
     ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
     assert ck["step"] == 6 and ck["guard"]["spans"] == [[0, 2], [2, 6]]
     assert [r["step"] for r in ck["steps_rows"] if not math.isnan(r["rejected_d_n"])] == [0, 2]

@@ -16,6 +16,7 @@ from opd.backends.tiny.sft import train_base
 from opd.backends.tiny.engine import Engine, Numerics, token_logprobs
 from opd.backends.tiny.task import VOCAB, answer_of, decode, make_task, solution
 from opd.backends.tiny.trainer import mismatch, step_generator, train_run
+from helpers import Crash, crash_at
 
 STUDENT = {"family": "qwen2", "layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 32, "d_ff": 64, "sft_lr": 3e-3,
            "sft_batch": 32, "student_steps": 20, "teacher_steps": 40, "seed": 0}
@@ -219,15 +220,8 @@ def test_redrawn_noise_differs_from_fixed_noise_and_a_killed_run_resumes_bit_for
     a, b = (store.read_table(tmp_path / d / "steps.parquet") for d in ("fixed", "straight"))
     assert (a["d_n"] != b["d_n"]).all() and np.isclose(a["d_n"].mean(), b["d_n"].mean(), rtol=1.0)
 
-    class Crash(Exception):
-        pass
-
-    def crash(n, total, out):
-        if n == 5:
-            raise Crash
-
     with pytest.raises(Crash):
-        train_run(s_redraw, tmp_path / "run", progress=crash)
+        train_run(s_redraw, tmp_path / "run", progress=crash_at(5))
     assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 4
     train_run(s_redraw, tmp_path / "run")
     resumed = store.read_table(tmp_path / "run" / "steps.parquet")
@@ -313,15 +307,8 @@ def test_run_killed_while_the_guard_is_active_resumes_in_the_same_state(base, tm
     the straight run's steps, guard columns included."""
     s = guard_spec(base, {**GUARDED, "staleness": 1}, {"d_max": -1.0}, checkpoint_every=4)
 
-    class Crash(Exception):
-        pass
-
-    def crash(n, total, out):
-        if n == 9:
-            raise Crash
-
     with pytest.raises(Crash):
-        train_run(s, tmp_path / "run", progress=crash)
+        train_run(s, tmp_path / "run", progress=crash_at(9))
     ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
     assert ck["step"] == 8 and any(a <= 8 < b for a, b in ck["guard"]["spans"])
     train_run(s, tmp_path / "run")
