@@ -29,7 +29,7 @@ def slurm_cluster():
 
 
 def toy_spec(tmp_path, steps, name="r", **settings):
-    base = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy's are not); the toy's shape
+    base = ROOT / "results" / "toy" / "_models" / "qwen-s"
     return {"run_id": f"{name}.qwen-s.s0", "experiment": "toy", "backend": "tiny", "row": {"name": name},
             "student": "qwen-s", "seed": 0, "student_path": str(base / "student.pt"),
             "teacher_path": str(base / "teacher.pt"), "task_seed": 0,
