@@ -60,9 +60,7 @@ def measure(settings: dict) -> dict:
     from opd.backends.tiny.task import make_task
     from opd.backends.tiny.trainer import mismatch, score, step_generator, token_logprobs, train_run, update
 
-    from opd import store
     torch.set_num_threads(1)
-    store.require_weights(BASE.relative_to(ROOT), "toy", "benchmarks/tiny.py")
     student, teacher = M.load(BASE / "student.pt"), M.load(BASE / "teacher.pt")
     train, _ = make_task(0)
     s = Settings.of(settings)

@@ -649,26 +649,6 @@ def rewrite_tables(out_dir) -> tuple[int, int, int]:
     return n, before, after
 
 
-def missing_weights(paths, experiment: str) -> str | None:
-    """Why base-model weights cannot be read: those of `paths` that are missing (an experiment may leave them
-    uncommitted: its base.json pins them), with the command that retrains them and checks them against their
-    base.json; None where every one is there."""
-    missing = [str(f) for f in paths if f and not Path(f).exists()]
-    if not missing:
-        return None
-    return (f"the base-model weights it reads are missing ({', '.join(missing)}; not committed?). Make them first: "
-            f"`snakemake -c 1 {' '.join(missing)} --config experiment={experiment}` retrains them and checks them "
-            f"against their base.json")
-
-
-def require_weights(base_dir, experiment: str, who: str) -> None:
-    """Stop (SystemExit, naming `who`) with the command that retrains them where the base models in `base_dir` have
-    no weights in this checkout (an experiment that does not commit them: its base.json pins them)."""
-    why = missing_weights([Path(base_dir) / n for n in BASE_FILES], experiment)
-    if why:
-        raise SystemExit(f"{who}: {why}")
-
-
 def quarantine_log(out_dir) -> Path:
     """Every quarantine of the experiment (what, why, where it went), newest last."""
     return Path(out_dir) / "_quarantine" / "log.json"
