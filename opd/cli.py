@@ -266,7 +266,7 @@ def check_runs(experiment, config_path, hash_all, record_legacy=False, rewrite=F
     runs = list(specs)
     damaged = store.heal_runs(results_dir(exp), runs, store.ledger_path(exp), hash_all=hash_all or rewrite,
                               specs=specs, base_specs=bases)
-    print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all else ''}: "
+    print(f"{len(runs)} runs of {exp!r} checked{' (every file hashed)' if hash_all or rewrite else ''}: "
           + (f"{len(damaged)} damaged or stale, moved aside ({', '.join(damaged)}); `snakemake` reruns them"
              if damaged else "no damaged run"))
     if record_legacy:
