@@ -114,8 +114,9 @@ def settings_record(e: Experiment) -> str:
 
 
 def analysis_inputs(tau: float, settings: dict, rows: list[dict], out: str, runs, measurements) -> dict:
-    """The record of what an analysis is computed from, which every analysis file carries (opd.store's `inputs`
-    metadata; verdicts.parquet also a `tau` column): tau; the sha256 of the settings (analysis_settings) and of the
+    """The record of what an analysis is computed from, which verdicts.parquet carries in full and every other
+    analysis file by its sha256 (record_reference) (opd.store's `inputs` metadata; verdicts.parquet also a `tau`
+    column): tau; the sha256 of the settings (analysis_settings) and of the
     rows (as resolved: opd.spec.Experiment.resolved_row); each measurement file's sha256; each run's record
     (run_record, of the runs under `out`); and `sha256` over all of it. The analysis job makes it from its inputs; the DAG compares
     the one the files on disk hold with the one the inputs give now, to remake a stale analysis; `verdict` refuses a
@@ -127,6 +128,13 @@ def analysis_inputs(tau: float, settings: dict, rows: list[dict], out: str, runs
            "measurements": {str(m): sha256_file(m) for m in sorted(map(str, measurements)) if os.path.exists(m)},
            "runs": dict(sorted(run_sha.items()))}
     return {**rec, "sha256": sha256_text(dumps(rec))}
+
+
+def record_reference(record: dict) -> dict:
+    """What every analysis file but verdicts.parquet carries of its analysis_inputs record: tau and the record's
+    sha256, which name the one verdicts.parquet holds in full (the DAG and `verdict` read that one). The full record
+    lists every run's and measurement's hash (56 kB on the toy), so it is written once, not in twenty files."""
+    return {"tau": record["tau"], "sha256": record["sha256"], "full": "verdicts.parquet"}
 
 
 def analysis_changes(recorded: dict | None, now: dict) -> list[str]:

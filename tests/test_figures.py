@@ -203,6 +203,10 @@ def test_figure_renders_pdf_and_png_with_input_hashes(analysis, tmp_path, o):
     assert Path(out.png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     side = json.loads((tmp_path / f"{o.name}.inputs.json").read_text())
     assert side["inputs"] == {p: provenance.sha256_file(p) for p in inputs(analysis, o.inputs + o.optional)}
+    from PIL import Image
+    png = Image.open(out.png)  # opaque, at the stated resolution, and carrying the same hashes as the sidecar
+    assert png.mode == "RGB" and round(png.info["dpi"][0]) == report.PNG_DPI
+    assert json.loads(png.text["Description"]) == side["inputs"]
 
 
 @pytest.mark.parametrize("o", [o for o in O.OUTPUTS if o.kind == "table"], ids=lambda o: o.name)

@@ -129,6 +129,20 @@ def test_verdict_refuses_a_stale_analysis_and_compare_refuses_what_is_no_verdict
     assert r.returncode == 2 and "not a verdict table" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("exp", ["lean", "toy"])
+def test_every_committed_analysis_file_names_the_record_verdicts_holds(exp):
+    """verdicts.parquet carries what the analysis was computed from (every run's and admission check's sha256); each
+    other file the analysis job wrote carries that record's sha256, so a table is traced to the runs it read."""
+    from opd import dag
+    folder = C.ROOT / "results" / exp / "analysis"
+    full = store.read_inputs(folder / "verdicts.parquet")
+    assert full["runs"] and full["measurements"] and full["sha256"]
+    others = {f.name: store.read_inputs(f) for f in sorted(folder.glob("*.parquet")) if f.name != "verdicts.parquet"}
+    named = {n for n, rec in others.items() if rec is not None}
+    assert len(named) >= 12, sorted(others)
+    assert all(others[n] == dag.record_reference(full) for n in named), {n: others[n] for n in named}
+
+
 def test_a_second_prepare_of_a_folder_moves_nothing_twice(tmp_path):
     """Two callers preparing one run (two snakemake calls started together; Snakemake's lock lets one run jobs):
     the second finds the run already set aside and moves nothing."""

@@ -182,8 +182,9 @@ def main(inp, out, params):
     # every file records what it was computed from (opd.dag.analysis_inputs): the DAG remakes a stale one, `verdict`
     # refuses it
     runs = [Path(p).parent for p in inp.steps]
-    record = dag.analysis_inputs(params.tau, params.settings, params.rows,
-                                 str(runs[0].parent.parent) if runs else ".", [r.name for r in runs], inp.admission)
+    full = dag.analysis_inputs(params.tau, params.settings, params.rows,
+                               str(runs[0].parent.parent) if runs else ".", [r.name for r in runs], inp.admission)
+    record = dag.record_reference(full)  # every file but verdicts.parquet, which carries the record in full
     store.write_table(steps, out.steps, store.STEPS, record)
     store.write_table(heldout, out.heldout, store.HELDOUT, record)
     rows = pd.DataFrame(params.rows)
@@ -197,7 +198,7 @@ def main(inp, out, params):
     v = stats.verdicts(heldout[heldout["config"].isin(opd)], steps[steps["config"].isin(opd)], params.baseline,
                        tau=params.tau, n_boot=b["resamples"], ci=b["level"], seed=b["seed"], references=references,
                        one_seed_ratio=params.one_seed_ratio, n_draws=params.base_draws)
-    derived.write_table(v.assign(tau=params.tau), out.verdicts, inputs=record)  # with the tau its verdicts are at
+    derived.write_table(v.assign(tau=params.tau), out.verdicts, inputs=full)  # with the tau its verdicts are at
     derived.write_table(draws_table(heldout[heldout["config"].isin(opd)], steps, params, references), out.draws,
                         inputs=record)
     # the budget: plain OPD engines measured against the baseline (not ablations with their own reference)
