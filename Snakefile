@@ -56,6 +56,10 @@ from opd import verdict as V
 VERDICTS_BEFORE = V.before(config, EXP)
 
 
+onstart:
+    smk.unthrottled(workflow)  # no job-start limit: Snakemake's default one costs a loop pass per finished job a second
+
+
 onsuccess:
     summary.at_end(workflow, log, config, EXPERIMENT, VERDICTS_BEFORE, FINDINGS["md"], PLAN is not None)
 

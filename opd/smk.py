@@ -47,6 +47,21 @@ def quiet_terminal(workflow, logger: logging.Logger | None = None) -> bool:
     return True
 
 
+def unthrottled(workflow) -> None:
+    """Snakemake's job-start limit off for this call (the Snakefile's `onstart`, which runs after Snakemake has built
+    its scheduler and before the first job starts): the state its Python API gives for `max_jobs_per_timespan=None`,
+    which its command line cannot say (there the default is 100 starts a second). With a limit, Snakemake 9's
+    scheduler re-arms a timer at the end of every pass of its loop and every finished job starts one more such chain,
+    so after N jobs its loop runs N times a second: on the lean default's first round Snakemake's own process used
+    68 s of CPU in its first 5 minutes, 3 s without, CPU the training jobs lose. A longer timespan in a profile is no
+    way out: the timers are not daemon threads, so Snakemake then waits up to a timespan to exit. This pipeline
+    starts a few hundred jobs, never 100 a second. A Snakemake without this scheduler attribute is left as it is.
+    benchmarks/snakemake_overhead.py measures it."""
+    scheduler = getattr(workflow, "scheduler", None)
+    if getattr(scheduler, "job_rate_limiter", None) is not None:
+        scheduler.job_rate_limiter = None
+
+
 class _Unrecorded(logging.Filter):
     """Drops Snakemake's "Missing metadata for file F. ..." warnings and keeps their files."""
 

@@ -62,3 +62,39 @@ def test_the_summary_fits_ten_lines_and_ends_with_the_decisions():
     assert out[-2:] == decisions[-2:]  # the last decisions last
     quiet = summary.lines(first, [], None, None, [])
     assert quiet == [first, "verdicts: none new or changed"]
+
+
+TIMERS = """
+import sys, threading
+sys.path.insert(0, {root!r})
+from opd import smk
+{hook}
+onsuccess:
+    alive = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    open("timers.txt", "w").write(str(len(alive)))
+
+rule all:
+    input: expand("done/{{i}}", i=range(8))
+
+rule job:
+    output: "done/{{i}}"
+    shell: "touch {{output}}"
+"""
+
+
+def test_the_snakefile_turns_off_snakemakes_job_start_limit_and_its_timers(tmp_path):
+    """Snakemake's default job-start limit leaves a timer chain per finished job (its scheduler's loop then runs that
+    many times a second; benchmarks/snakemake_overhead.py); opd.smk.unthrottled, the Snakefile's onstart, leaves none."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    alive = {}
+    for name, hook in (("default", ""), ("unthrottled", "onstart:\n    smk.unthrottled(workflow)")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "Snakefile").write_text(TIMERS.format(root=str(ROOT), hook=hook))
+        r = subprocess.run([sys.executable, "-m", "snakemake", "-c", "2"], cwd=d, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        alive[name] = int((d / "timers.txt").read_text())
+    assert alive["default"] >= 1 and alive["unthrottled"] == 0, alive
+    assert "smk.unthrottled(workflow)" in (ROOT / "Snakefile").read_text().split("onstart:", 1)[1].split("\n\n")[0]
