@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 import yaml
 
-from opd import stats
+from opd import stats, store
 from opd.backends.tiny import model as M
 from opd.backends.tiny.engine import Numerics
 from opd.backends.tiny.offline import _admission_prompts
@@ -33,6 +33,7 @@ def main():
     rec = pd.read_parquet("results/toy/analysis/admission.parquet")
     rec = rec[(rec["student"] == primary) & rec["candidate"] & (rec["d_hat"] >= FLOOR / 2)].sort_values("d_hat")
     rows = {r["name"]: r for r in e["rows"]}
+    store.require_weights(f"results/toy/_models/{primary}", "toy", "benchmarks/admission_prompts.py")
     student = M.load(f"results/toy/_models/{primary}/student.pt")
     prompts = _admission_prompts(N_MAX, RESPONSES, task_seed, seed)
     print(f"{primary}: {len(rec)} candidate engines with pipeline D_hat >= {FLOOR / 2:g}; {N_MAX} prompts x {RESPONSES} "

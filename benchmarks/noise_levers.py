@@ -48,6 +48,8 @@ def main():
     p.add_argument("--seeds", type=int, default=6)
     p.add_argument("--only", nargs="*", help="names of LEVERS to run (default: all)")
     a = p.parse_args()
+    from opd import store
+    store.require_weights(BASE.relative_to(ROOT), "toy", "benchmarks/noise_levers.py")
     print(f"{'setting':38s} {'SD(Δ) seed vs seed':>19s} {'KL start':>9s} {'KL end':>8s} {'gap closed':>10s} {'s/run':>6s}")
     for name, change in LEVERS.items():
         if a.only and name not in a.only:

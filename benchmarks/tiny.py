@@ -25,7 +25,9 @@ from opd import config as C
 from opd.spec import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
+# a qwen-s student and its teacher whose weights are committed (the default experiment's; the toy's qwen-s has the
+# same shapes, and the toy commits only their base.json)
+BASE = ROOT / "results" / "lean" / "_models" / "qwen-s"
 # today's toy settings except the ones that change the work per step (kept as in the first toy, so that
 # revisions compare like for like): 8 prompts x 8 responses, constant lr
 RUN_SETTINGS = {"steps": 100, "prompts_per_step": 8, "responses_per_prompt": 8, "lr": 1e-4, "eval_every": 25,
@@ -60,7 +62,9 @@ def measure(settings: dict) -> dict:
     from opd.backends.tiny.task import make_task
     from opd.backends.tiny.trainer import mismatch, score, step_generator, token_logprobs, train_run, update
 
+    from opd import store
     torch.set_num_threads(1)
+    store.require_weights(BASE.relative_to(ROOT), "lean", "benchmarks/tiny.py")
     student, teacher = M.load(BASE / "student.pt"), M.load(BASE / "teacher.pt")
     train, _ = make_task(0)
     s = Settings.of(settings)

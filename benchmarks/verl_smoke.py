@@ -501,7 +501,7 @@ def prepare(out: Path) -> None:
     from opd.backends.tiny import model as M
     from opd.backends.verl.data import toy_task
     out.mkdir(parents=True, exist_ok=True)
-    base = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed; the shape of the toy's qwen-s
+    base = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy commits no weights): its shape
     for which in ("student", "teacher"):
         M.export_hf(M.load(base / f"{which}.pt"), out / which)
     toy_task(out)

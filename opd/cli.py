@@ -357,20 +357,40 @@ def job_log(path):
 
 
 def run(p, args) -> int:
-    from opd import dag
+    from opd import dag, store
     spec, launcher = parse(p, args)
     with job_log(dag.spec_log_path(spec)):
-        return _run(p, args, spec, launcher)
+        try:
+            return _run(p, args, spec, launcher)
+        except store.WeightsDiffer as e:  # on the terminal and in the job's log: which base model, both hashes
+            print(f"opd {args.job}: {e}", file=sys.stderr)
+            return 1
+
+
+def missing_weights(spec) -> str | None:
+    """Why a tiny-backend job cannot start: base-model weights its spec names are missing (an experiment may leave
+    them uncommitted, and the DAG gives a job the weights only where it decides the job runs: common.smk's
+    base_inputs; a job forced to run, -R/--forcerun, has not had them retrained); None where they are there."""
+    from opd import store
+    why = store.missing_weights([getattr(spec, "student_path", None), getattr(spec, "teacher_path", None)],
+                                spec.experiment)
+    return f"{spec.name}: {why}" if why else None
 
 
 def _run(p, args, spec, launcher) -> int:
     from opd import launch, store
     if args.job == "train":
         if not store.restore(args.run_dir, spec, results_dir(spec.experiment)):  # computed before: nothing to do
+            if missing_weights(spec):
+                print(f"opd train: {missing_weights(spec)}", file=sys.stderr)
+                return 1
             launch.run_train(spec, args.run_dir, launcher)
         return 0
     if args.job == "base" and store.restore(args.out, spec, results_dir(spec.experiment), "base.json"):
         return 0
+    if missing_weights(spec):
+        print(f"opd {args.job}: {missing_weights(spec)}", file=sys.stderr)
+        return 1
     from opd import backends
     try:
         fn = backends.job(args.job, spec.backend)

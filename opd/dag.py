@@ -41,11 +41,13 @@ def measurement_path(out: str, spec: JobSpec) -> str | None:
     return f"{out}/{spec.KIND}/{spec.name}.parquet" if spec.KIND in MEASUREMENTS else None
 
 
-def rerun_reasons(spec: JobSpec, path: str, found=None, damaged: str | None = None) -> list[str]:
+def rerun_reasons(spec: JobSpec, path: str, found=None, damaged: str | None = None, base=None) -> list[str]:
     """Why a job must run although Snakemake would find its outputs up to date by their times: its spec file `path`
     holds another spec, or its folder holds a result that is not a sound one of this spec (`found`, an
-    opd.store.Found: stale, damaged, incomplete), or its output is not readable (`damaged`: why). [] when none of
-    these; a missing spec file or missing outputs Snakemake sees itself."""
+    opd.store.Found: stale, damaged, incomplete), or its output is not readable (`damaged`: why), or the base models
+    it reads are retrained (`base`, their Found: stale, damaged, incomplete or missing; a measurement's, whose spec
+    names their files, not their spec - a run's spec holds theirs). [] when none of these; a missing spec file or
+    missing outputs Snakemake sees itself."""
     reasons = []
     if os.path.exists(path):
         with open(path) as f:
@@ -55,7 +57,16 @@ def rerun_reasons(spec: JobSpec, path: str, found=None, damaged: str | None = No
         reasons.append(f"{found.state}: " + "; ".join(found.problems))
     if damaged:
         reasons.append(f"damaged: {damaged}")
+    if base is not None and base.reruns:
+        reasons.append(f"its base models are {base.state}: retrained first")
     return reasons
+
+
+def measured_base(spec: JobSpec) -> str | None:
+    """The folder (opd.spec.base_name) of the base models a tiny-backend measurement reads (from its spec's
+    student_path), None for any other job (a run's spec holds its base models' spec)."""
+    path = getattr(spec, "student_path", None)
+    return os.path.basename(os.path.dirname(path)) if path and spec.KIND != "train" else None
 
 
 def rerun_marker(experiment: str, kind: str, name: str, reasons: list[str]) -> str:
@@ -199,6 +210,12 @@ def base_paths(e: Experiment, models: str, student: str, draw: int = 0) -> dict[
         return {}
     folder = f"{models}/{base_name(student, draw)}"
     return {"student": f"{folder}/student.pt", "teacher": f"{folder}/teacher.pt"}
+
+
+def base_record(models: str, student: str, draw: int = 0) -> str:
+    """A student's base-model record on draw `draw` (base.json beside base_paths' weights): what they were trained
+    from and the sha256 of each, written by the base-model job once its weights are."""
+    return f"{models}/{base_name(student, draw)}/base.json"
 
 
 def base_specs(e: Experiment) -> dict[str, BaseSpec]:

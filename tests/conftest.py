@@ -167,12 +167,23 @@ def built_clone(built, tmp_path) -> Path:
     return copy_clone(built, tmp_path / "clone")
 
 
+def own_base_models(e, students=None) -> None:
+    """Give experiment config `e`'s students (every one, or those named) a short SFT of their own: base models that
+    no committed base.json pins, trained in the test (seconds) on whatever CPU runs it. The toy commits only the
+    base.json of its base models; retraining those gives the pinned bits only on the kind of CPU that made them
+    (docs/methods.md), so a test that trains toy runs must not read them. Every committed run and measurement of
+    these students is then stale: the caller cuts the experiment down to what it trains."""
+    for s in students or list(e["students"]):
+        e["students"][s].update(student_steps=30, teacher_steps=60)
+
+
 def small_toy(c):
     """The toy experiment, selected (`experiment: toy`) and cut to one student, two rows and 3 runs of 6 short steps
-    (seconds each). Its base models and admission checks are the committed ones (their specs are unchanged)."""
+    (seconds each), on base models of its own (own_base_models: a short SFT, trained first)."""
     c["experiment"] = TOY
     e = c["experiments"][TOY]
     e["students"] = {"qwen-s": e["students"]["qwen-s"]}
+    own_base_models(e)
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
     e["infra"]["window"] = [0, 6]  # the steps the throughput columns cover
     e["rows"] = [{**r, "students": ["qwen-s"], "seeds": [0, 1] if r.get("baseline") else [0]}
@@ -183,8 +194,8 @@ def small_toy(c):
 
 @pytest.fixture(scope="session")
 def small_toy_built(toy_dry_run, tmp_path_factory):
-    """A fresh clone (toy_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its three runs trained (the
-    committed runs' specs differ, so they are moved aside as stale), their analysis built. Built once per
+    """A fresh clone (toy_dry_run's) cut to small_toy after one real `snakemake -c 2 analysis`: its base models and three
+    runs trained (the committed ones' specs differ, so they are moved aside as stale), their analysis built. Built once per
     session (a minute or more of training and probes): the fault test and the report test start from copies."""
     src, r = toy_dry_run
     assert r.returncode == 0, r.stderr[-3000:]

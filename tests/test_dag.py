@@ -26,11 +26,28 @@ def test_a_fresh_clones_dry_run_schedules_no_compute_needs_no_torch_and_writes_n
     sequences.)"""
     clone, r = request.getfixturevalue(dry_run)
     assert r.returncode == 0, r.stderr[-3000:]
+    if dry_run == "toy_dry_run":  # the toy's base-model weights are not committed (.gitignore): base.json pins them
+        models = clone / "results" / "toy" / "_models"
+        assert list(models.glob("*/base.json")) and not list(models.glob("*/*.pt"))
+        assert "opd: base models" not in r.stderr  # not damaged: pinned (opd.store.Found)
     assert not planned_rules(jobs_in(r)) & COMPUTE
     # --no-optional-locks: git status would refresh the shared clone's index while other workers copy the clone
     status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=all", "results",
                              "figures"], cwd=clone, capture_output=True, text=True)
     assert status.returncode == 0 and status.stdout == ""
+
+
+def test_a_job_that_must_run_retrains_the_uncommitted_base_models_it_reads_and_nothing_else(toy_clone):
+    """In a clone without the toy's base-model weights, a job that must run gets them as inputs, so rule base_models
+    retrains exactly the base models it reads (checked against base.json when it runs: opd.store.check_pinned); every
+    job that need not run reads only base.json, so it is not rerun after them (common.smk's base_inputs)."""
+    toy = toy_clone / "results" / "toy"
+    (toy / "runs" / "fp8w.qwen-m.s1" / "run.json").unlink()  # seed 1: base-model draw 1
+    (toy / "admission" / "bf16.llama-s.parquet").unlink()  # a measurement: draw 0
+    r = snakemake(toy_clone, "-n")
+    assert {j for j in jobs_in(r) if j[0] in COMPUTE} == {
+        ("base_models", "base=qwen-m.d1"), ("train", "run_id=fp8w.qwen-m.s1"),
+        ("base_models", "base=llama-s"), ("admission", "row=bf16, student=llama-s")}
 
 
 def test_adding_a_row_schedules_only_that_row(built_clone):

@@ -456,9 +456,10 @@ def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
     import shutil
     from opd import dag
     from opd.spec import Experiment
-    out = tmp_path / "results" / "toy"
-    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s")
-    e = Experiment.of(C.load(), "toy")  # its committed base models, copied above
+    out = tmp_path / "results" / "lean"
+    committed = C.ROOT / "results" / "lean" / "_models" / "qwen-s"  # (the toy does not commit its weights)
+    shutil.copytree(committed, out / "_models" / "qwen-s")
+    e = Experiment.of(C.load(), "lean")  # its committed base models, copied above
     bases = {"qwen-s": dag.base_spec(e, "qwen-s")}
     ledger = tmp_path / "verified.json"
     assert store.heal_runs(out, [], ledger, base_specs=bases) == {}
@@ -473,7 +474,7 @@ def test_base_models_are_checked_against_base_json_and_their_spec(tmp_path):
     assert dest.parent == out / "_quarantine" / "_models" / "qwen-s" and (dest / "teacher.pt").exists()
     assert said[0].startswith("opd: base models of qwen-s are damaged: ")
     # base models trained from another student spec are stale: set aside under their spec, not quarantined
-    shutil.copytree(C.ROOT / "results" / "toy" / "_models" / "qwen-s", out / "_models" / "qwen-s", dirs_exist_ok=True)
+    shutil.copytree(committed, out / "_models" / "qwen-s", dirs_exist_ok=True)
     import dataclasses
     other = dataclasses.replace(bases["qwen-s"], student_spec=bases["qwen-s"].student_spec.with_(d_ff=256))
     problems, dest = store.heal_runs(out, [], ledger, base_specs={"qwen-s": other})["base models of qwen-s"]

@@ -17,7 +17,7 @@ from opd import plan as P
 from opd import store
 from pathlib import Path
 from opd.spec import Experiment
-from conftest import edit_config, planned, planned_runs, snakemake
+from conftest import edit_config, own_base_models, planned, planned_runs, snakemake
 from helpers import load_script
 
 N = 300  # problems
@@ -446,6 +446,7 @@ def small_edge(c):
     """One student, the baseline at 3 seeds and an edge of 3 values at one seed each, 6 short steps a run."""
     e = c["experiments"]["toy"]
     e["students"] = {"qwen-s": e["students"]["qwen-s"]}
+    own_base_models(e)  # trained here: the toy's pinned ones retrain bit for bit only on the CPU kind that made them
     e["seeds"] = [0]
     e["train"].update(steps=6, prompts_per_step=4, responses_per_prompt=4, eval_every=3, checkpoint_every=3)
     e["infra"]["window"] = [0, 6]

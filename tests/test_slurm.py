@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ROOT, edit_config, planned, planned_runs, snakemake
+from conftest import ROOT, edit_config, planned, planned_runs, small_toy, snakemake
 from opd import launch, store
 
 pytestmark = pytest.mark.slurm
@@ -29,7 +29,7 @@ def slurm_cluster():
 
 
 def toy_spec(tmp_path, steps, name="r", **settings):
-    base = ROOT / "results" / "toy" / "_models" / "qwen-s"
+    base = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy's are not); the toy's shape
     return {"run_id": f"{name}.qwen-s.s0", "experiment": "toy", "backend": "tiny", "row": {"name": name},
             "student": "qwen-s", "seed": 0, "student_path": str(base / "student.pt"),
             "teacher_path": str(base / "teacher.pt"), "task_seed": 0,
@@ -53,23 +53,27 @@ def submitted_job_id(run_dir: Path) -> str:
 
 def test_toy_rows_end_to_end_through_profile_slurm_two_in_flight(slurm_cluster, toy_clone):
     clone = toy_clone  # the toy experiment selected: its rows and results/toy
-    edit_config(clone, lambda c: c["experiments"]["toy"]["rows"].extend(
-        [{"name": "slurm-a", "noise_sigma": 0.01, "seeds": [0]}, {"name": "slurm-b", "noise_sigma": 0.02, "seeds": [0]}]))
+    new = [{"name": "slurm-a", "noise_sigma": 0.01, "seeds": [0], "students": ["qwen-s"]},
+           {"name": "slurm-b", "noise_sigma": 0.02, "seeds": [0], "students": ["qwen-s"]}]
+    # two rows added to small_toy (one student on base models of its own, three runs of 6 steps): every job on Slurm
+    edit_config(clone, lambda c: (small_toy(c), c["experiments"]["toy"]["rows"].extend(new)))
     args = ("--profile", "slurm", "--config", "experiment=toy", "--resources", "slurm_jobs=2")
-    assert planned_runs(planned(clone, *args)) == {"slurm-a.qwen-s.s0", "slurm-b.qwen-s.s0"}
+    runs = {"bf16.qwen-s.s0", "bf16.qwen-s.s1", "noise-15.qwen-s.s0", "slurm-a.qwen-s.s0", "slurm-b.qwen-s.s0"}
+    assert planned_runs(planned(clone, *args)) == runs
     # the runs and the table that names them: the analysis behind it reads every run, no figure is needed here
     snakemake(clone, "figures/toy/tables/runs.md", *args)
     spans = []
-    for name in ("slurm-a", "slurm-b"):
-        run = clone / "results" / "toy" / "runs" / f"{name}.qwen-s.s0"
+    for run_id in sorted(runs):
+        run = clone / "results" / "toy" / "runs" / run_id
         meta = json.loads((run / "run.json").read_text())
         assert meta["status"] == "complete" and meta["launcher"] == "slurm" and len(meta["slurm_job_ids"]) == 1
-        assert store.read_table(run / "steps.parquet")["step"].tolist() == list(range(100))
+        assert store.read_table(run / "steps.parquet")["step"].tolist() == list(range(6))
         assert list((run / "slurm").glob("*_log.out"))  # the job's own log lands in the run folder
-        spans.append([datetime.fromisoformat(meta["start"]), datetime.fromisoformat(meta["end"])])
-    (a0, a1), (b0, b1) = spans
-    assert a0 < b1 and b0 < a1, "the two runs did not overlap in time"
-    assert "slurm-a" in (clone / "figures" / "toy" / "tables" / "runs.md").read_text()
+        spans.append((datetime.fromisoformat(meta["start"]), datetime.fromisoformat(meta["end"])))
+    assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:]), \
+        "no two runs overlapped in time"
+    table = (clone / "figures" / "toy" / "tables" / "runs.md").read_text()
+    assert "slurm-a" in table and "slurm-b" in table
 
 
 def test_requeue_after_timeout_signal_resumes_without_lost_or_duplicated_steps(slurm_cluster, tmp_path):

@@ -1,6 +1,9 @@
 """The run store: atomic writes, checked reads, what counts as complete, and the self-checking cache."""
+import dataclasses
 import errno
 import os
+import re
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -331,3 +334,88 @@ def test_tables_written_by_older_code_are_rewritten_smaller_with_the_same_conten
     assert pq.read_table(tmp_path / "measurement.parquet").equals(old, check_metadata=True)
     assert store.read_json(d / "run.json")["files"] == store.file_records(d)
     assert store.heal_runs(tmp_path, ["a.s.s0"], tmp_path / "verified.json", hash_all=True) == {}
+
+
+# ---------------------------------------------------------------- base models whose weights are not committed
+
+def base_models(d, weights=(b"student weights", b"teacher weights"), draw=1):
+    """A base-model folder as the base-model job leaves it (base.json pinning each weight file's size and sha256),
+    and its spec."""
+    from opd.spec import BaseSpec, Student
+    spec = BaseSpec(experiment="t", backend="tiny", task_seed=0, student="s", draw=draw, student_spec=Student.of(
+        {"family": "qwen2", "layers": 1, "heads": 1, "kv_heads": 1, "head_dim": 16, "d_ff": 32, "sft_lr": 3e-3,
+         "sft_batch": 16, "student_steps": 5, "teacher_steps": 10, "seed": draw}))
+    d.mkdir(parents=True)
+    for n, b in zip(store.BASE_FILES, weights):
+        (d / n).write_bytes(b)
+    store.write_json({"student": "s", "spec_sha256": spec.sha256(), "files": {
+        n: {"size": (d / n).stat().st_size, "sha256": provenance.sha256_file(d / n)} for n in store.BASE_FILES}},
+        d / "base.json")
+    return spec
+
+
+def test_base_models_without_their_weights_are_pinned_not_damaged_and_left_in_place(tmp_path):
+    d = tmp_path / "_models" / "s.d1"
+    spec = base_models(d)
+    check = dict(meta_name="base.json", files=store.BASE_FILES)
+    assert store.inspect(d, {}, spec, **check).state == "current"
+    (d / "student.pt").unlink()  # one missing, the other as base.json records it: pinned too
+    assert store.inspect(d, {}, spec, **check).state == "pinned"
+    (d / "teacher.pt").unlink()  # as a clone of an experiment that does not commit them has it
+    found = store.inspect(d, {}, spec, **check)
+    assert found.state == "pinned" and not found.reruns and found.sha == spec.sha256()
+    # a job's first step leaves it alone: base.json stays, to check the retrained weights against
+    assert store.prepare(d, spec, tmp_path, "base.json", log=lambda m: None) == (found, None)
+    assert sorted(p.name for p in d.iterdir()) == ["base.json"]
+    # nothing pins weights that base.json does not record, and a present one must still match
+    meta = store.read_json(d / "base.json")
+    store.write_json({k: v for k, v in meta.items() if k != "files"}, d / "base.json")
+    assert store.inspect(d, {}, spec, **check).state == "damaged"
+    store.write_json(meta, d / "base.json")
+    (d / "teacher.pt").write_bytes(b"other weights")
+    assert store.inspect(d, {}, spec, **check).state == "damaged"
+
+
+def test_retrained_weights_that_differ_from_the_pinned_ones_fail_naming_both_hashes_and_are_removed(tmp_path):
+    d = tmp_path / "_models" / "s.d1"
+    spec = base_models(d)
+    pinned = store.pinned_weights(d, spec)
+    assert pinned == {n: v["sha256"] for n, v in store.read_json(d / "base.json")["files"].items()}
+    assert store.pinned_weights(d, dataclasses.replace(spec, task_seed=1)) == {}  # another spec's base.json: nothing
+    store.check_pinned(d, spec, pinned)  # retrained bit for bit: kept
+    assert (d / "student.pt").exists() and (d / "teacher.pt").exists()
+    before = (d / "base.json").read_bytes()
+    (d / "teacher.pt").write_bytes(b"weights of another CPU")
+    other = provenance.sha256_file(d / "teacher.pt")
+    with pytest.raises(store.WeightsDiffer) as e:
+        store.check_pinned(d, spec, pinned)
+    msg = str(e.value)
+    assert "experiment 't', student 's', base-model draw 1" in msg
+    assert f"teacher.pt: sha256 {other} retrained here, {pinned['teacher.pt']} pinned" in msg
+    assert "student.pt: sha256" not in msg  # the student matched
+    assert "trained from the pinned weights" in msg
+    # no retrained weight is left for a later call to take as the base model; base.json is as it was
+    assert sorted(p.name for p in d.iterdir()) == ["base.json"] and (d / "base.json").read_bytes() == before
+
+
+def test_the_command_a_pin_failure_names_restores_the_pinned_weights_from_git_history(tmp_path):
+    """Weights that stopped being committed (the toy's) are still in a clone's history: the command the pin failure
+    prints (store.history_hint) brings back exactly the pinned bytes, for a user whose CPU retrains other bits."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    d = tmp_path / "_models" / "s.d1"
+    spec = base_models(d)
+    pinned = store.pinned_weights(d, spec)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "weights committed"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "rm", "-q", "--cached", *(str(d / n) for n in store.BASE_FILES)], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "weights untracked"], cwd=tmp_path, check=True)
+    (d / "teacher.pt").write_bytes(b"weights of another CPU")  # what a retraining on another CPU leaves
+    with pytest.raises(store.WeightsDiffer) as e:
+        store.check_pinned(d, spec, pinned)
+    assert not (d / "teacher.pt").exists() and not (d / "student.pt").exists()
+    command = re.search(r"`(git restore [^`]+)`", str(e.value)).group(1)
+    subprocess.run(command, shell=True, cwd=tmp_path, check=True, capture_output=True)
+    assert {n: provenance.sha256_file(d / n) for n in store.BASE_FILES} == pinned
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=tmp_path, capture_output=True, text=True)
+    assert staged.stdout == ""  # restored into the working tree, nothing staged to be committed again

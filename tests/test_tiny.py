@@ -344,3 +344,50 @@ def test_trainer_adamw_is_torch_adamw_step_by_step(base, tmp_path):
             opt.step()
         assert all(torch.equal(a, b) for a, b in zip(theirs.parameters(), ours.parameters())), step
     assert not all(torch.equal(a, b) for a, b in zip(theirs.parameters(), M.load(base / "student.pt").parameters()))
+
+
+def test_the_base_model_job_refuses_weights_that_differ_from_the_ones_base_json_pins(tmp_path):
+    """A base model retrained where base.json already pins its weights (an experiment that does not commit them):
+    the same bits pass; other bits (as another kind of CPU can give) fail the job, naming the base model and both
+    hashes, and leave base.json as it was with no weights beside it. Through the command line, as rule base_models
+    runs it: exit 1, the message on stderr and in the job's log."""
+    from opd import dag
+    from opd.backends.tiny.offline import base_job
+    from opd.spec import BaseSpec, Student
+    spec = BaseSpec(experiment="t", backend="tiny", task_seed=0, student="s", student_spec=Student.of(STUDENT), draw=2)
+    out = tmp_path / "results" / "t" / "_models" / spec.name
+    base_job(spec, out)
+    first = (out / "base.json").read_bytes()
+    base_job(spec, out)  # retrained with base.json in place (rule base_models keeps it: `update`): the same bits
+    assert (out / "base.json").read_bytes() == first
+    meta = json.loads(first)
+    pinned = "0" * 64  # weights made elsewhere
+    meta["files"]["teacher.pt"]["sha256"] = pinned
+    store.write_json(meta, out / "base.json")
+    before = (out / "base.json").read_bytes()
+    spec_file = tmp_path / "base.json"
+    spec_file.write_text(json.dumps(spec.to_json()))
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "base", "--spec", str(spec_file), "--out", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr[-2000:]
+    said = [line for line in r.stderr.splitlines() if line.startswith("opd base: ")]
+    assert len(said) == 1 and "Traceback" not in r.stderr
+    teacher = json.loads(first)["files"]["teacher.pt"]["sha256"]
+    assert "experiment 't', student 's', base-model draw 2" in said[0]
+    assert f"teacher.pt: sha256 {teacher} retrained here, {pinned} pinned" in said[0]
+    assert said[0] in (tmp_path / dag.spec_log_path(spec)).read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["base.json"] and (out / "base.json").read_bytes() == before
+
+
+def test_a_job_whose_base_model_weights_are_missing_says_how_to_make_them(tmp_path):
+    """A job run without the base models' weights it reads (not committed, and the job forced past the DAG's choice
+    of inputs) stops before any work, naming them and the command that retrains them."""
+    missing = tmp_path / "results" / "t" / "_models" / "s"
+    (tmp_path / "spec.json").write_text(json.dumps(spec(missing)))
+    r = subprocess.run([sys.executable, "-m", "opd.cli", "train", "--spec", "spec.json", "--run-dir", "run"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert (f"opd train: r.s.s0: the base-model weights it reads are missing ({missing}/student.pt, "
+            f"{missing}/teacher.pt; not committed?)") in r.stderr
+    assert f"`snakemake -c 1 {missing}/student.pt {missing}/teacher.pt --config experiment=t`" in r.stderr
+    assert not (tmp_path / "run" / "run.json").exists()

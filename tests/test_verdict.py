@@ -121,10 +121,13 @@ def test_verdict_of_a_row_without_results_names_what_is_missing(toy_clone, tmp_p
     assert "admission check not run" in r.stdout and "D =" not in r.stdout
     (clone / "config.yaml").write_text(path.read_text())
     assert planned_runs(planned(clone, "-c", "2", targets[0])) == {f"nvfp4-kv-l0.qwen-s.s{i}" for i in range(3)}
-    jobs = planned(clone, "-c", "2", targets[1])  # with its spec file's writer (rule job_spec)
-    assert sorted(jobs) == [("admission", "row=nvfp4-kv-l0, student=qwen-s"),
+    # with its spec file's writer (rule job_spec), and the student's base models first: the toy commits their
+    # base.json, not their weights, so a measurement that must run has them retrained (and checked against the pin)
+    jobs = planned(clone, "-c", "2", targets[1])
+    assert sorted(jobs) == [("admission", "row=nvfp4-kv-l0, student=qwen-s"), ("base_models", "base=qwen-s"),
                             ("job_spec", "kind=admission, name=nvfp4-kv-l0.qwen-s")]
-    assert sorted(planned(clone, "-c", "2", targets[2])) == [("job_spec", "kind=predictors, name=nvfp4-kv-l0.qwen-s"),
+    assert sorted(planned(clone, "-c", "2", targets[2])) == [("base_models", "base=qwen-s"),
+                                                             ("job_spec", "kind=predictors, name=nvfp4-kv-l0.qwen-s"),
                                                              ("predictor_stats", "row=nvfp4-kv-l0, student=qwen-s")]
 
 

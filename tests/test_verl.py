@@ -148,7 +148,7 @@ def test_the_gpu_smoke_script_on_1_2_and_8_gpus(smoke_out, monkeypatch):
     from opd.backends.verl.overrides import shared_log
     tmp_path = smoke_out
     smoke = load_smoke()
-    student = M.load(Path(__file__).parent.parent / "results/toy/_models/qwen-s/student.pt")
+    student = M.load(Path(__file__).parent.parent / "results/lean/_models/qwen-s/student.pt")  # the toy's shape
     sync, k2 = smoke.ROWS
     assert sync.get("staleness", 0) == 0 and k2["staleness"] == 2
     fits = {}

@@ -1,7 +1,8 @@
 """The verl backend's vLLM jobs in a real vLLM engine: vLLM's CPU build, run in the Python given by
 --vllm-python (.ci/run builds one; without the option these tests are skipped and say why).
 
-The toy student and teacher (results/toy/_models/qwen-s) are exported as Hugging Face Qwen2 checkpoints
+A toy student and teacher (the shape of the toy's qwen-s: results/lean/_models/qwen-s, whose weights are committed)
+are exported as Hugging Face Qwen2 checkpoints
 and the toy task is written as verl parquet, so the same models and problems can be scored by the tiny
 backend in this process: the vLLM numbers are checked against an independent computation, not against
 themselves. vLLM's CPU build has no FP8 on these machines, so the KV-cache rows are not checked here.
@@ -28,7 +29,7 @@ from opd.backends.verl.data import toy_task
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parent.parent
-BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
+BASE = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy's weights are not); the toy's shape
 # on a CPU: the engine's KV cache, a fixed size (the toy's sequences need a few MB of it) rather than a share of the
 # machine's memory, so that the processes of a test can run side by side on any machine (run_in_vllm)
 ENGINE = {"kv_cache_memory_bytes": 256 << 20}

@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from conftest import ROOT, TOY, TRAIN_RULES, edit_config, jobs_in, planned, planned_rules, snakemake
+from conftest import ROOT, TOY, TRAIN_RULES, edit_config, jobs_in, own_base_models, planned, planned_rules, snakemake
 from opd import dag
 
 COMPUTE = TRAIN_RULES | {"base_models", "admission", "kv_attribution_student", "throughput", "memory_bound"}
@@ -52,9 +52,13 @@ def test_every_job_has_a_log_and_each_compute_job_the_one_its_cli_writes(toy_clo
 def test_a_compute_job_writes_its_log(toy_clone):
     # (that a fresh clone plans no compute job: tests/test_dag.py, on the session's fresh clone)
     clone = toy_clone  # the toy experiment selected: its rows and results/toy
+    # qwen-s on base models of its own (the toy's pinned ones retrain bit for bit only on the CPU kind that made them)
+    edit_config(clone, lambda c: own_base_models(c["experiments"][TOY], ["qwen-s"]))
     target = "results/toy/admission/fp8w.qwen-s.parquet"
     r = snakemake(clone, "-c", "1", target, "--forcerun", "admission")
-    assert planned_rules(jobs_in(r)) == {"admission"}
+    # the forced job reads base models that are not there: their spec written and they trained first (their log too)
+    assert planned_rules(jobs_in(r)) == {"admission", "base_models", "job_spec"}
+    assert "base qwen-s: done: wrote" in (clone / "logs/toy/base/qwen-s.log").read_text()
     log = (clone / "logs/toy/admission/fp8w.qwen-s.log").read_text()
     assert "admission fp8w.qwen-s: done: wrote" in log and "D̂ =" in log and "admit" in log
 

@@ -8,8 +8,9 @@ from opd.store.files import (
 )
 from opd.store.runs import (
     is_complete, RUN_FILES, CHECKPOINT, ATTEMPTS, PROBE_FILES, ALL_RUN_FILES, file_records, record_files,
-    parquet_problem, foreign_rows, record_problems, spec_problems, check_run, BASE_FILES, BASE_CURVES, quarantine,
-    another_invocation, ledger_path, read_ledger, write_ledger, Found, inspect, inspect_all, say_found, unreadable,
+    parquet_problem, foreign_rows, record_problems, spec_problems, check_run, BASE_FILES, BASE_CURVES, WeightsDiffer,
+    pinned_weights, check_pinned, quarantine, another_invocation, ledger_path, read_ledger, write_ledger, Found,
+    inspect, inspect_all, say_found, unreadable,
     SET_ASIDE, set_aside_root, set_aside_dir, prepare, kept, restore, set_aside_entries, prune_set_aside, PENDING,
-    heal_runs, record_legacy, rewrite_tables, quarantine_log,
+    heal_runs, record_legacy, rewrite_tables, missing_weights, require_weights, quarantine_log,
 )

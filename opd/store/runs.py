@@ -158,7 +158,7 @@ def spec_problems(meta: dict, spec, path: Path) -> list[str]:
 
 
 def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
-              meta_name: str = "run.json") -> list[str] | None:
+              meta_name: str = "run.json", absent_ok=()) -> list[str] | None:
     """The problems of a complete run's files ([] when sound), or None when the run is not complete (no
     run.json, or a well-formed one with `"status": "running"`: a killed or running job, which the DAG reruns).
 
@@ -168,7 +168,9 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
     record of files already hashed) remembers, or always with hash_all. Without them (a run.json written before
     hashes were recorded): each file must be a readable Parquet file of the contract the first time it is
     seen, and its hash is then remembered in `verified` against that run.json, so a later change to the file is
-    caught like any other. `files` and `meta_name`: base models' (base.json: student.pt, teacher.pt) the same way."""
+    caught like any other. `files` and `meta_name`: base models' (base.json: student.pt, teacher.pt) the same way.
+    `absent_ok`: files that may be missing where the record pins their sha256 (a base model's weights, which an
+    experiment may leave uncommitted: inspect calls such a folder `pinned`)."""
     run_dir = Path(run_dir)
     meta_path = run_dir / meta_name
     if not meta_path.exists():
@@ -194,6 +196,8 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
         try:
             st = path.stat()
         except FileNotFoundError:
+            if name in absent_ok and recorded:
+                continue
             problems.append(f"{path}: missing, though {meta_name} says {'the run is' if meta_name == 'run.json' else 'it is'} complete")
             continue
         want = (recorded or {}).get(name)
@@ -225,6 +229,58 @@ def check_run(run_dir, verified: dict, hash_all: bool = False, files=RUN_FILES,
 BASE_FILES = ("student.pt", "teacher.pt")  # a tiny student's base models (base.json records them)
 # the converged recipe's SFT curves beside them (opd.backends.tiny.sft.train_converged; base.json records them too)
 BASE_CURVES = "curves.parquet"
+
+
+class WeightsDiffer(RuntimeError):
+    """Base models retrained where base.json pins other weights (check_pinned)."""
+
+
+def pinned_weights(d, spec) -> dict[str, str]:
+    """{weight file: sha256} that base-model folder `d`'s base.json pins, read before the base-model job retrains
+    it (rule base_models keeps base.json while it runs: its output is flagged `update`), where the base.json is of
+    `spec` (its spec_sha256) and records them; {} where there is none (new base models; a stale or damaged folder,
+    which the job's first step moved aside)."""
+    try:
+        meta = read_json(Path(d) / "base.json")
+    except (OSError, ValueError):
+        return {}
+    if (not isinstance(meta, dict) or meta.get("spec_sha256") != spec.sha256()
+            or not isinstance(meta.get("files"), dict)):
+        return {}
+    return {n: v["sha256"] for n, v in meta["files"].items()
+            if n in BASE_FILES and isinstance(v, dict) and _is_sha(v.get("sha256"))}
+
+
+def check_pinned(d, spec, pinned: dict[str, str]) -> None:
+    """The weights just retrained in base-model folder `d` against the sha256 its base.json pinned (pinned_weights):
+    where one differs, every retrained weight file is removed (base.json stays as it was) and WeightsDiffer says
+    which experiment, student and draw, and both hashes. The runs and measurements already computed from this base
+    model read the pinned weights: going on from other ones would mix results of two base models under one spec
+    (torch on another kind of CPU, or another torch, can give other bits)."""
+    d = Path(d)
+    got = {n: sha256_file(d / n) for n in pinned if (d / n).exists()}
+    differ = {n: (want, got.get(n)) for n, want in pinned.items() if got.get(n) != want}
+    if not differ:
+        return
+    for n in BASE_FILES:
+        (d / n).unlink(missing_ok=True)
+    files = "; ".join(f"{n}: sha256 {have or 'not written'} retrained here, {want} pinned"
+                      for n, (want, have) in differ.items())
+    raise WeightsDiffer(
+        f"experiment {spec.experiment!r}, student {spec.student!r}, base-model draw {spec.draw} ({d}): the retrained "
+        f"weights differ from the ones {d / 'base.json'} pins ({files}). The runs and measurements already computed "
+        f"from this base model were trained from the pinned weights, so nothing is computed from these (they are "
+        f"removed; base.json is kept). Retrain where the pinned weights were made (the same kind of CPU and torch "
+        f"build), or copy those weights into {d}/: {history_hint(d)}. (Starting this base model over means computing "
+        f"again every run and measurement computed from it.)")
+
+
+def history_hint(d) -> str:
+    """How to take base-model folder `d`'s weights from git's history, where a commit held them before they stopped
+    being committed (the toy's: docs/results.md): the parent of the last commit that touched them has them."""
+    files = " ".join(f"{Path(d) / n}" for n in BASE_FILES)
+    return (f"where an earlier commit held them, `git restore --source=$(git rev-list -1 HEAD -- "
+            f"{Path(d) / BASE_FILES[0]})~1 -- {files}` restores them from this clone's history (into the working tree only)")
 
 
 def quarantine(run_dir, dest_root, names=("run.json", *ALL_RUN_FILES)) -> Path:
@@ -273,17 +329,21 @@ def write_ledger(ledger, verified: dict, before: str | None = None) -> None:
 
 class Found(NamedTuple):
     """What a run folder (or a base-model folder) holds against its job's spec now: `state` is one of
-    `current` (complete, sound, computed from the spec), `stale` (complete and sound, computed from another
-    spec: set aside, never deleted), `damaged` (its files differ from its record, or the record is malformed:
-    quarantined), `incomplete` (a record that is not complete: a killed or running job) or `missing`; with the
-    reasons (`problems`) and `sha`, the spec sha256 a stale one was computed from."""
+    `current` (complete, sound, computed from the spec), `pinned` (base models only: base.json is sound and of the
+    spec, but weights it records are absent, as where an experiment does not commit them: the first job that must
+    run and reads them has rule base_models retrain them, which checks them against base.json's sha256), `stale`
+    (complete and sound, computed from another spec: set aside, never deleted), `damaged` (its files differ from its
+    record, or the record is malformed: quarantined), `incomplete` (a record that is not complete: a killed or
+    running job) or `missing`; with the reasons (`problems`) and `sha`, the spec sha256 a stale one was computed
+    from."""
     state: str
     problems: tuple[str, ...] = ()
     sha: str | None = None
 
     @property
     def reruns(self) -> bool:
-        return self.state != "current"
+        """Whether its job must run: a pinned folder's only when a job that runs reads its weights."""
+        return self.state not in ("current", "pinned")
 
 
 def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str = "run.json",
@@ -294,7 +354,8 @@ def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str
     if not (d / meta_name).exists():
         return Found("incomplete" if d.is_dir() and any((d / n).exists() for n in ALL_RUN_FILES + BASE_FILES)
                      else "missing")
-    problems = check_run(d, verified, hash_all, files=files, meta_name=meta_name)
+    weights = BASE_FILES if meta_name == "base.json" else ()
+    problems = check_run(d, verified, hash_all, files=files, meta_name=meta_name, absent_ok=weights)
     if problems is None:
         return Found("incomplete", (f"{d}: incomplete (its job was killed or is running)",))
     if problems:
@@ -303,6 +364,10 @@ def inspect(d, verified: dict, spec=None, hash_all: bool = False, meta_name: str
     stale = spec_problems(meta, spec, d / meta_name)
     if stale:
         return Found("stale", tuple(stale), meta.get("spec_sha256"))
+    absent = [n for n in weights if not (d / n).exists()]
+    if absent:
+        return Found("pinned", (f"{d}: {', '.join(absent)} absent (base.json pins their sha256)",),
+                     meta.get("spec_sha256"))
     return Found("current", sha=meta.get("spec_sha256"))
 
 
@@ -647,6 +712,26 @@ def rewrite_tables(out_dir) -> tuple[int, int, int]:
                 files = {**meta["files"], path.name: {"size": a, "sha256": sha256_file(path)}}
                 write_json({**meta, "files": files}, meta_path)
     return n, before, after
+
+
+def missing_weights(paths, experiment: str) -> str | None:
+    """Why base-model weights cannot be read: those of `paths` that are missing (an experiment may leave them
+    uncommitted: its base.json pins them), with the command that retrains them and checks them against their
+    base.json; None where every one is there."""
+    missing = [str(f) for f in paths if f and not Path(f).exists()]
+    if not missing:
+        return None
+    return (f"the base-model weights it reads are missing ({', '.join(missing)}; not committed?). Make them first: "
+            f"`snakemake -c 1 {' '.join(missing)} --config experiment={experiment}` retrains them and checks them "
+            f"against their base.json; {history_hint(Path(missing[0]).parent)}")
+
+
+def require_weights(base_dir, experiment: str, who: str) -> None:
+    """Stop (SystemExit, naming `who`) with the command that retrains them where the base models in `base_dir` have
+    no weights in this checkout (an experiment that does not commit them: its base.json pins them)."""
+    why = missing_weights([Path(base_dir) / n for n in BASE_FILES], experiment)
+    if why:
+        raise SystemExit(f"{who}: {why}")
 
 
 def quarantine_log(out_dir) -> Path:

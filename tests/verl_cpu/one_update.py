@@ -53,7 +53,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = ROOT / "results" / "toy" / "_models" / "qwen-s"
+BASE = ROOT / "results" / "lean" / "_models" / "qwen-s"  # committed (the toy's weights are not); the toy's shape
 PROMPTS, RESPONSES, STEPS = 4, 4, 2  # one update of 16 responses (the toy's own: 16 prompts x 8 responses)
 
 

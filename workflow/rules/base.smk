@@ -2,6 +2,11 @@
 # (BASES: opd.dag.base_specs; the folder is the student's name for draw 0, <student>.d<draw> for a later one).
 # Two recipes (opd/backends/tiny/sft.py): the fixed one (student at student_steps) and the converged one (a student
 # with `converge:`), whose job also writes its SFT curves; each folder is made by the rule of its student's recipe.
+# An experiment may leave the weights uncommitted (the toy's: .gitignore) and keep base.json, which pins their sha256:
+# where they are absent, a job that does not run gets only base.json and one that runs the weights (common.smk's
+# base_inputs), so this rule retrains them first. base.json is flagged `update`: Snakemake keeps it while the job runs,
+# and the job checks the weights it retrains against it (opd.store.check_pinned: it fails where they differ, and
+# Snakemake keeps base.json as it was).
 CONVERGED = sorted(n for n, b in BASES.items() if b.student_spec.converge is not None)
 _CONVERGED = "|".join(re.escape(n) for n in CONVERGED) or "(?!)"  # (?!): matches nothing
 
@@ -12,7 +17,7 @@ rule base_models:
     output:
         student=f"{MODELS}/{{base}}/student.pt",
         teacher=f"{MODELS}/{{base}}/teacher.pt",
-        meta=f"{MODELS}/{{base}}/base.json",
+        meta=update(f"{MODELS}/{{base}}/base.json"),
     log:
         job_log("base", "{base}"),
     wildcard_constraints:
@@ -29,7 +34,7 @@ rule base_models_converged:
         student=f"{MODELS}/{{base}}/student.pt",
         teacher=f"{MODELS}/{{base}}/teacher.pt",
         curves=f"{MODELS}/{{base}}/curves.parquet",
-        meta=f"{MODELS}/{{base}}/base.json",
+        meta=update(f"{MODELS}/{{base}}/base.json"),
     log:
         job_log("base", "{base}"),
     wildcard_constraints:
@@ -47,14 +52,14 @@ rule base_models_all:
 
 
 # The base models' acceptance check against the experiment's pre-registered band (opd.base_check): measured from the
-# saved models, so it trains nothing. `snakemake -c 2 base_acceptance`.
+# saved models, so it trains nothing where they are there. `snakemake -c 2 base_acceptance`. Its inputs: every
+# base.json, and the weights it reads (common.smk's base_acceptance_weights: retrained first where not committed).
 rule base_acceptance:
     input:
-        [f"{MODELS}/{b}/base.json" for b in BASES],
+        [dag.base_record(MODELS, b.student, b.draw) for b in BASES.values()],
+        base_acceptance_weights,
     output:
-        table=f"{ANALYSIS}/base_acceptance.parquet",
-        draws=f"{ANALYSIS}/base_draws.parquet",
-        md=f"{ANALYSIS}/base_acceptance.md",
+        **BASE_ACCEPTANCE,
     log:
         f"logs/{EXP}/base_acceptance.log",
     params:

@@ -114,6 +114,7 @@ UNPROBED_RUN_ID = (f"(?!(?:{'|'.join(re.escape(r) for r in PROBE_RUNS)})/)" if P
 
 # by the names opd.outputs uses (ANALYSIS_TABLES: the analysis script's; OTHER_ANALYSIS_FILES: other rules')
 ANALYSIS_FILES = {name: O.analysis_path(OUT, name) for name in (*O.ANALYSIS_TABLES, *O.OTHER_ANALYSIS_FILES)}
+TINY_THROUGHPUT = f"{ANALYSIS}/async_throughput.parquet"  # measured (rule throughput; the tiny backend's)
 if BACKEND != "tiny":  # verl: read from the staleness runs themselves (rule throughput_from_runs)
     ANALYSIS_FILES["async_throughput"] = f"{ANALYSIS}/async_throughput_runs.parquet"
 # an adaptive plan's decisions, a target of `all` (opd.plan.decisions_path)
@@ -300,10 +301,57 @@ def findings_inputs(w):
 
 # ---------------------------------------------------------------- the compute jobs' inputs (their spec files)
 
-def base_inputs(student, draw=0):
-    """A tiny-backend student's checkpoint and its teacher's on a base-model draw (none for verl: its models are
-    named in config). The offline measurements read draw 0's; a run reads its seed's draw."""
-    return dag.base_paths(EXPERIMENT, MODELS, student, draw)
+def forced(rulename, outputs):
+    """Whether this call forces a job (its rule's name, its outputs) to run: --forceall, --forcerun naming the rule
+    or an output, or --force with an output as a target (Snakemake knows its settings once it builds the DAG, so this
+    is asked from input functions only)."""
+    s = workflow.dag_settings
+    if not s:
+        return False
+    names = {os.path.normpath(n) for n in (*s.forcerun, *(s.targets if s.forcetargets else ()))}
+    return s.forceall or rulename in names or any(os.path.normpath(o) in names for o in outputs)
+
+
+def base_found(spec):
+    """What the cache check found of the base models a measurement reads (opd.dag.measured_base), or None."""
+    folder = dag.measured_base(spec)
+    return FOUND.get(f"base models of {folder}") if folder else None
+
+
+def job_runs(spec, rulename, outputs):
+    """Whether the compute job of `spec` (an opd.spec JobSpec; its rule's name and its outputs) must run, as this DAG
+    decides it: where this call forces it (forced), its folder is not found current (FOUND: a run's), an output is
+    missing or does not read in full (UNREADABLE: a measurement's), or its spec file is missing or its job must rerun
+    (opd.dag.rerun_reasons: another spec, or a measurement's base models retrained; base models whose weights are not
+    committed, `pinned`, are current)."""
+    if forced(rulename, outputs):
+        return True
+    path = dag.spec_path(OUT, spec)
+    _, key = dag.job_folder(OUT, spec) or (None, None)
+    found = FOUND.get(key) if key else None
+    if (found is not None and found.reruns) or not os.path.exists(path) or any(
+            not os.path.exists(o) or o in UNREADABLE for o in outputs):
+        return True
+    return bool(dag.rerun_reasons(spec, path, found, base=base_found(spec)))
+
+
+def base_inputs(student, draw=0, runs=True):
+    """The inputs a tiny-backend job has of a student's base models and its teacher's on a base-model draw (none for
+    verl: its models are named in config). The offline measurements read draw 0's; a run reads its seed's draw.
+    The weights, student.pt and teacher.pt, as ancient: they count by their record, not their times (opd.store checks
+    them against base.json; a run's spec holds the base models' spec, and a measurement reruns where its base models
+    are retrained: opd.dag.rerun_reasons). Where they are absent (the toy does not commit them: .gitignore; base.json
+    pins their sha256), a job that runs (`runs`: job_runs) gets them all the same, so rule base_models retrains them
+    first and checks them against base.json; a job that does not run gets only base.json, so retraining them for one
+    job reruns no other (Snakemake runs a job after one that runs unless every file between them is ancient and
+    exists). Where they are there, every job has them, so its inputs stay those it ran with (Snakemake reruns a job
+    whose set of inputs changed since it ran)."""
+    weights = dag.base_paths(EXPERIMENT, MODELS, student, draw)
+    if not weights:
+        return {}
+    if not runs and not all(os.path.exists(f) for f in weights.values()):
+        return {"base": ancient(dag.base_record(MODELS, student, draw))}
+    return {k: ancient(v) for k, v in weights.items()}
 
 
 JOB_SPECS = {}  # spec file path -> (opd.spec JobSpec, the folder its job keeps or None, its key in FOUND or None)
@@ -327,25 +375,50 @@ def rerun_marker(path):
         raise ValueError(f"{path}: a job's spec file is written for its job: ask for the job's output instead")
     spec, folder, key = JOB_SPECS[path]
     reasons = dag.rerun_reasons(spec, path, FOUND.get(key) if key else None,
-                                UNREADABLE.get(dag.measurement_path(OUT, spec)))
+                                UNREADABLE.get(dag.measurement_path(OUT, spec)), base_found(spec))
     return dag.rerun_marker(EXP, spec.KIND, spec.name, reasons)
 
 
 def train_inputs(w):
-    """A run's training job's inputs: the base models (tiny) and its spec (SPECS: opd.dag.train_specs; a probed
-    run's spec holds the probes, opd.dag.probes). The base models count by their spec (it is in the run's:
-    student_spec), not their file times: base models rebuilt after damage (opd.store.inspect_all checks them against
-    base.json) rerun no run computed from the same spec."""
-    run = RUNS[w.run_id]
-    base = {k: ancient(v) for k, v in base_inputs(run.student, EXPERIMENT.draw_of(run.seed)).items()}
-    return {**base, "spec": spec_file(SPECS[w.run_id])}
+    """A run's training job's inputs: its base models (tiny; base_inputs: counted by their record, so base models
+    rebuilt after damage rerun no run computed from the same spec) and its spec (SPECS: opd.dag.train_specs; a probed
+    run's spec holds the probes, opd.dag.probes, and every run's its base models' spec: student_spec)."""
+    run, spec = RUNS[w.run_id], SPECS[w.run_id]
+    probed = w.run_id in PROBE_RUNS
+    files = ("run.json", *store.RUN_FILES, *(store.PROBE_FILES.values() if probed else ()))
+    runs = job_runs(spec, "train_probed" if probed else "train", [f"{OUT}/runs/{w.run_id}/{f}" for f in files])
+    return {**base_inputs(run.student, EXPERIMENT.draw_of(run.seed), runs), "spec": spec_file(spec)}
 
 
-def offline_inputs(build, student, *args):
-    """A measurement's inputs: the base models (tiny) and its spec file, `build(EXPERIMENT, student, base, *args)`
-    (an opd.dag function)."""
-    base = base_inputs(student)
-    return {**base, "spec": spec_file(build(EXPERIMENT, student, base, *args))}
+def offline_inputs(rulename, build, student, *args, output):
+    """A measurement's inputs: its base models (tiny; base_inputs: draw 0's) and its spec file,
+    `build(EXPERIMENT, student, base, *args)` (an opd.dag function). `rulename` and `output`: the rule's name and
+    output, which job_runs reads."""
+    spec = build(EXPERIMENT, student, dag.base_paths(EXPERIMENT, MODELS, student), *args)
+    return {**base_inputs(student, 0, BACKEND != "tiny" or job_runs(spec, rulename, [output])),
+            "spec": spec_file(spec)}
+
+
+# the base models' acceptance check (base.smk): it reads every base model's weights
+BASE_ACCEPTANCE = {"table": f"{ANALYSIS}/base_acceptance.parquet", "draws": f"{ANALYSIS}/base_draws.parquet",
+                   "md": f"{ANALYSIS}/base_acceptance.md"}
+
+
+def base_acceptance_runs():
+    """Whether the base models' acceptance check runs (as job_runs says of a compute job): where this call forces it,
+    or its tables are missing or older than a base.json."""
+    records = [dag.base_record(MODELS, b.student, b.draw) for b in BASES.values()]
+    if forced("base_acceptance", BASE_ACCEPTANCE.values()) or not all(
+            os.path.exists(f) for f in [*records, *BASE_ACCEPTANCE.values()]):
+        return True
+    return min(os.stat(f).st_mtime for f in BASE_ACCEPTANCE.values()) < max(os.stat(f).st_mtime for f in records)
+
+
+def base_acceptance_weights(w):
+    """Every base model's weights where the check reads them (base_inputs: unless they are absent and it does not
+    run)."""
+    runs = base_acceptance_runs()
+    return [f for b in BASES.values() for k, f in base_inputs(b.student, b.draw, runs).items() if k != "base"]
 
 
 # the verl backend's held-out evaluation jobs (verl_eval.smk)
@@ -353,7 +426,8 @@ def offline_inputs(build, student, *args):
 def run_train_spec(run_id):
     """A run's training spec, as the train rule builds it (common.smk's train_inputs; verl runs are never probed)."""
     run = RUNS[run_id]
-    return dag.train_spec(EXPERIMENT, run, base_inputs(run.student, EXPERIMENT.draw_of(run.seed)))
+    base = dag.base_paths(EXPERIMENT, MODELS, run.student, EXPERIMENT.draw_of(run.seed))
+    return dag.train_spec(EXPERIMENT, run, base)
 
 
 def heldout_parts(w):

@@ -1,10 +1,12 @@
 # Stage 1b: measurements that need no training: the admission check, the per-layer KV-cache
-# attribution, and the two throughput measurements.
+# attribution, and the two throughput measurements. Each job's inputs: common.smk's offline_inputs, given its output
+# (whether the job runs decides its base-model inputs where the weights are not committed).
 
 
 rule admission:
     input:
-        unpack(lambda w: offline_inputs(lambda e, s, base: dag.admission_spec(e, ROWS[w.row], s, base), w.student)),
+        unpack(lambda w: offline_inputs("admission", lambda e, s, base: dag.admission_spec(e, ROWS[w.row], s, base),
+                                        w.student, output=O.admission_path(OUT, w.row, w.student))),
     output:
         O.admission_path(OUT, "{row}", "{student}"),
     log:
@@ -16,7 +18,9 @@ rule admission:
 rule predictor_stats:
     """A candidate engine's offline statistics at the step-0 student (tiny backend): one row."""
     input:
-        unpack(lambda w: offline_inputs(lambda e, s, base: dag.predictor_spec(e, ROWS[w.row], s, base), w.student)),
+        unpack(lambda w: offline_inputs("predictor_stats",
+                                        lambda e, s, base: dag.predictor_spec(e, ROWS[w.row], s, base),
+                                        w.student, output=O.predictor_path(OUT, w.row, w.student))),
     output:
         O.predictor_path(OUT, "{row}", "{student}"),
     log:
@@ -29,7 +33,8 @@ rule kv_attribution_student:
     """One student's cases (every layer, one layer, all but one; keys and values, keys only, values only),
     one row per case and sequence."""
     input:
-        unpack(lambda w: offline_inputs(dag.kv_attribution_spec, w.student, KV_CACHE_RECIPES)),
+        unpack(lambda w: offline_inputs("kv_attribution_student", dag.kv_attribution_spec, w.student,
+                                        KV_CACHE_RECIPES, output=f"{OUT}/kv_attribution/{w.student}.parquet")),
     output:
         f"{OUT}/kv_attribution/{{student}}.parquet",
     log:
@@ -56,9 +61,10 @@ rule kv_attribution:
 rule throughput:
     """tiny: measured short runs at each k. verl: read from the staleness runs themselves (rule below)."""
     input:
-        unpack(lambda w: offline_inputs(dag.throughput_spec, PRIMARY, STALENESS)),
+        unpack(lambda w: offline_inputs("throughput", dag.throughput_spec, PRIMARY, STALENESS,
+                                        output=TINY_THROUGHPUT)),
     output:
-        f"{ANALYSIS}/async_throughput.parquet",
+        TINY_THROUGHPUT,
     log:
         job_log("throughput", PRIMARY),
     threads: workflow.cores
@@ -68,7 +74,8 @@ rule throughput:
 
 rule memory_bound:
     input:
-        unpack(lambda w: offline_inputs(dag.memory_bound_spec, PRIMARY)),
+        unpack(lambda w: offline_inputs("memory_bound", dag.memory_bound_spec, PRIMARY,
+                                        output=ANALYSIS_FILES["memory_bound"])),
     output:
         ANALYSIS_FILES["memory_bound"],
     log:

@@ -29,12 +29,17 @@ def base_job(spec: BaseSpec, out: Path) -> None:
     set_threads(spec)
     s = spec.student_spec
     names = store.BASE_FILES
+    # a base.json of this spec already here pins the weights' sha256 (weights not committed, retrained on demand):
+    # the retrained ones must be those, or the job fails (store.check_pinned)
+    pinned = store.pinned_weights(out, spec)
     if s.converge is None:
         losses = train_base(s, spec.task_seed, s.seed, out, label=f"base {spec.name}")
+        store.check_pinned(out, spec, pinned)
     else:
         if spec.eval_responses is None:
             raise ValueError(f"base {spec.name}: the converged recipe needs the spec's eval_responses (opd.dag.base_spec)")
         losses, curves = train_converged(s, spec.task_seed, s.seed, out, spec.eval_responses, label=f"base {spec.name}")
+        store.check_pinned(out, spec, pinned)
         store.write_table(curves, Path(out) / store.BASE_CURVES)
         names = (*names, store.BASE_CURVES)
     # the files' sizes and sha256 and the spec's: the cache check (store.inspect_all) compares them as each DAG is built
