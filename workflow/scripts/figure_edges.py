@@ -70,8 +70,10 @@ def panel(ax, t, xlim):
             arrow(ax, e.D_edge if finite else right, lo_x, y, s["color"])
         if e.censored_hi:
             arrow(ax, e.D_edge if finite else left, hi_x, y, s["color"])
-        ax.annotate(label(e), (e.D_edge if finite else (left if np.isinf(e.D_edge) else right), y),
-                    xytext=(0, 4.5), textcoords="offset points", fontsize=5, ha="center", va="bottom",
+        at = e.D_edge if finite else (left if np.isinf(e.D_edge) else right)
+        # centred on its point, or inside the axes where the point is an end of them (an interval open on that side)
+        ha = "left" if at <= lo_x else "right" if at >= hi_x else "center"
+        ax.annotate(label(e), (at, y), xytext=(0, 4.5), textcoords="offset points", fontsize=5, ha=ha, va="bottom",
                     color=s["color"], bbox={"facecolor": "white", "alpha": 0.8, "lw": 0, "pad": 0.3})
     ax.set_yticks(range(len(t)), [f"{m}\n({n} rows, {r} runs)" for m, n, r in zip(t["mechanism"], t["n_rows"],
                                                                                   t["n_runs"])], fontsize=5.5)
