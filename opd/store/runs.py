@@ -277,7 +277,7 @@ def check_pinned(d, spec, pinned: dict[str, str]) -> None:
 
 def history_hint(d) -> str:
     """How to take base-model folder `d`'s weights from git's history, where a commit held them before they stopped
-    being committed (the toy's: docs/results.md): the parent of the last commit that touched them has them."""
+    being committed (the toy's: docs/architecture.md): the parent of the last commit that touched them has them."""
     files = " ".join(f"{Path(d) / n}" for n in BASE_FILES)
     return (f"where an earlier commit held them, `git restore --source=$(git rev-list -1 HEAD -- "
             f"{Path(d) / BASE_FILES[0]})~1 -- {files}` restores them from this clone's history (into the working tree only)")
