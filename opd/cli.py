@@ -381,15 +381,15 @@ def _run(p, args, spec, launcher) -> int:
     from opd import launch, store
     if args.job == "train":
         if not store.restore(args.run_dir, spec, results_dir(spec.experiment)):  # computed before: nothing to do
-            if missing_weights(spec):
-                print(f"opd train: {missing_weights(spec)}", file=sys.stderr)
+            if why := missing_weights(spec):
+                print(f"opd train: {why}", file=sys.stderr)
                 return 1
             launch.run_train(spec, args.run_dir, launcher)
         return 0
     if args.job == "base" and store.restore(args.out, spec, results_dir(spec.experiment), "base.json"):
         return 0
-    if missing_weights(spec):
-        print(f"opd {args.job}: {missing_weights(spec)}", file=sys.stderr)
+    if why := missing_weights(spec):
+        print(f"opd {args.job}: {why}", file=sys.stderr)
         return 1
     from opd import backends
     try:
